@@ -1,0 +1,11 @@
+"""ComfyUI-FastAR: long autoregressive Wan2.1 video with a bounded KV cache (FAST-AR).
+
+ComfyUI imports this folder as a custom node pack and reads ``NODE_CLASS_MAPPINGS``. Standalone tools (the
+``fastar`` command line, tests, benchmarks) import the same folder as the package ``comfyui_fastar``. Nothing
+here imports ComfyUI: the nodes reach for it only when they run inside it.
+"""
+
+from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+
+__version__ = "0.1.0"
+__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "__version__"]

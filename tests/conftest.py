@@ -1,0 +1,31 @@
+"""Test setup: the Triton interpreter on CPU, and the checkout imported as ``comfyui_fastar``."""
+
+import importlib.util
+import os
+import pathlib
+import sys
+
+import torch
+
+# Must be set before any module that defines @triton.jit kernels is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _import_checkout_as_package() -> None:
+    """Import this checkout under the fixed name ``comfyui_fastar``, whatever its folder is called."""
+    existing = sys.modules.get("comfyui_fastar")
+    if existing is not None and pathlib.Path(existing.__file__).resolve().parent == ROOT:
+        return
+    spec = importlib.util.spec_from_file_location(
+        "comfyui_fastar", ROOT / "__init__.py", submodule_search_locations=[str(ROOT)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["comfyui_fastar"] = module
+    spec.loader.exec_module(module)
+
+
+_import_checkout_as_package()
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
