@@ -1,0 +1,29 @@
+"""The demo model's fixed choices, shared by the trainer, the loader and the evaluator.
+
+The "latent" is the RGB video itself (no VAE exists here): 32x32 frames, 3 channels in [-1, 1], cut into 4x4
+patches, so one latent frame is 64 tokens and a 240-frame rollout stays cheap on a CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..wan_config import WanConfig
+from .text import TEXT_DIM, TEXT_LEN
+from .world import CHANNELS, FRAME_SIZE
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+WEIGHTS_FILE = "demo_model.safetensors"
+MODEL_PREFIX = "model.diffusion_model."  # ComfyUI's bundle layout, so the engine's loader reads the file as is
+
+MODEL_CONFIG = WanConfig(
+    dim=128, num_heads=4, num_layers=4, ffn_dim=512, in_dim=CHANNELS, out_dim=CHANNELS, text_dim=TEXT_DIM,
+    freq_dim=64, text_len=TEXT_LEN, patch_size=(1, 4, 4),
+)
+FRAMES_PER_BLOCK = 3
+# Few steps as in the distilled AR models, but unshifted: 32x32 frames need no shift towards high noise.
+DEMO_SIGMAS = (1.0, 0.75, 0.5, 0.25)
+TRAIN_CLIP_FRAMES = 21  # 7 chunks: covers a sink-3 + window-12 cache plus the chunk being denoised
+# Temporal RoPE distances past the trained span are clamped to the longest distance seen in training.
+ROPE_MAX_DISTANCE = TRAIN_CLIP_FRAMES - 1
+FRAME_HW = (FRAME_SIZE, FRAME_SIZE)

@@ -1,0 +1,245 @@
+"""Train the bundled demo model: ``train_demo(out_dir, steps=..., minutes=...)`` or ``fastar train-demo``.
+
+Recipe (see ``TrainRecipe``): fresh procedural clips every step; teacher forcing (clean context chunks and noisy
+twins in one block-causal sequence, exactly the sampler's visibility and RoPE positions); per-chunk flow-matching
+noise levels weighted towards the sampler's own step sigmas; context chunks corrupted (blur, noise) the way the
+model's own outputs will be; AdamW with warmup and cosine decay; EMA weights are what gets saved.
+
+A run is reproducible for a given seed and step count; ``minutes`` only stops it early. Weights and the training
+state are written every ``checkpoint_minutes``, so a stopped run leaves usable weights and can be resumed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..wan_model import WanModel
+from .data import corrupt_context, step_generator, training_batch, training_sigmas
+from .settings import (
+    DEMO_SIGMAS,
+    FRAME_HW,
+    FRAMES_PER_BLOCK,
+    MODEL_CONFIG,
+    ROPE_MAX_DISTANCE,
+    TRAIN_CLIP_FRAMES,
+    WEIGHTS_FILE,
+)
+from .teacher_forcing import TeacherForcingForward
+from .text import TEXT_LEN, TextEncoder, Tokenizer, default_vocabulary
+from .weights_io import save_demo_weights
+from .world import CHANNELS
+
+STATE_FILE = "train_state.pt"
+LOSS_FILE = "loss.json"
+
+
+@dataclass(frozen=True)
+class TrainRecipe:
+    steps: int = 3000
+    batch: int = 2
+    clip_frames: int = TRAIN_CLIP_FRAMES
+    lr: float = 8e-4
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.05
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    ema_decay: float = 0.995
+    p_context_corruption: float = 0.5
+    p_schedule_sigma: float = 0.4
+
+    def lr_at(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        progress = min(1.0, (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps))
+        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def init_models(seed: int, vocabulary: list) -> tuple[WanModel, TextEncoder]:
+    """Fresh models from ``seed`` (PyTorch's default inits; the output layer starts at zero, as in DiT)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = WanModel(MODEL_CONFIG)
+        text_encoder = TextEncoder(len(vocabulary))
+    with torch.no_grad():
+        model.head.head.weight.zero_()
+        model.head.head.bias.zero_()
+    return model, text_encoder
+
+
+class Trainer:
+    def __init__(self, out_dir: Path, recipe: TrainRecipe, seed: int, log=print):
+        self.out_dir = out_dir
+        self.recipe = recipe
+        self.seed = seed
+        self.log = log
+        self.vocabulary = default_vocabulary()
+        self.tokenizer = Tokenizer(self.vocabulary, TEXT_LEN)
+        self.model, self.text_encoder = init_models(seed, self.vocabulary)
+        self.ema_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.ema_text = copy.deepcopy(self.text_encoder).requires_grad_(False)
+        params = list(self.model.parameters()) + list(self.text_encoder.parameters())
+        self.optimizer = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay,
+                                           betas=(0.9, 0.99))
+        self.forward = TeacherForcingForward(self.model, recipe.clip_frames, FRAMES_PER_BLOCK, FRAME_HW)
+        self.step = 0
+        self.elapsed = 0.0
+        self.losses: list[float] = []
+
+    # -- state ------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "text_encoder": self.text_encoder.state_dict(),
+                "ema_model": self.ema_model.state_dict(), "ema_text": self.ema_text.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "step": self.step, "elapsed": self.elapsed,
+                "losses": self.losses, "seed": self.seed, "recipe": asdict(self.recipe)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["seed"] != self.seed or state["recipe"] != asdict(self.recipe):
+            raise ValueError("the saved training state is from another seed or recipe; use a fresh out_dir")
+        self.model.load_state_dict(state["model"])
+        self.text_encoder.load_state_dict(state["text_encoder"])
+        self.ema_model.load_state_dict(state["ema_model"])
+        self.ema_text.load_state_dict(state["ema_text"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.elapsed, self.losses = state["step"], state["elapsed"], list(state["losses"])
+
+    def demo_metadata(self) -> dict:
+        return {
+            "vocabulary": self.vocabulary, "text_len": TEXT_LEN, "frame_size": list(FRAME_HW), "channels": CHANNELS,
+            "frames_per_block": FRAMES_PER_BLOCK, "schedule": list(DEMO_SIGMAS), "context_noise": 0.0,
+            "trained_span_frames": self.recipe.clip_frames, "rope_max_distance": ROPE_MAX_DISTANCE,
+            "training": {"seed": self.seed, "steps": self.step, "wall_seconds": round(self.elapsed, 1),
+                         "final_loss": round(self.smoothed_loss(), 5), "recipe": asdict(self.recipe)},
+        }
+
+    def smoothed_loss(self, window: int = 50) -> float:
+        tail = self.losses[-window:]
+        return sum(tail) / len(tail) if tail else float("nan")
+
+    def checkpoint(self) -> None:
+        save_demo_weights(self.ema_model, self.ema_text, self.out_dir / WEIGHTS_FILE, self.demo_metadata())
+        tmp = self.out_dir / (STATE_FILE + ".tmp")
+        torch.save(self.state_dict(), tmp)
+        tmp.replace(self.out_dir / STATE_FILE)
+        (self.out_dir / LOSS_FILE).write_text(json.dumps({"losses": self.losses, "elapsed": self.elapsed}))
+
+    # -- one optimisation step ---------------------------------------------------------------------------------
+    def train_step(self) -> float:
+        r = self.recipe
+        batch = training_batch(self.seed, self.step, r.batch, r.clip_frames, FRAME_HW[0])
+        g = step_generator(self.seed, self.step)
+        x0 = batch.video
+        chunks = -(-r.clip_frames // FRAMES_PER_BLOCK)
+        sigma_chunk = training_sigmas(r.batch, chunks, DEMO_SIGMAS, g, r.p_schedule_sigma)
+        sigma = sigma_chunk.repeat_interleave(FRAMES_PER_BLOCK, dim=1)[:, : r.clip_frames]
+        noise = torch.randn(x0.shape, generator=g)
+        s = sigma[:, None, :, None, None]
+        noisy = (1 - s) * x0 + s * noise
+        context = corrupt_context(x0, FRAMES_PER_BLOCK, g, p=r.p_context_corruption)
+
+        for group in self.optimizer.param_groups:
+            group["lr"] = r.lr_at(self.step)
+        text = self.forward.encode_text(self.text_encoder(self.tokenizer.batch(batch.prompts)))
+        flow = self.forward(context, noisy, torch.zeros_like(sigma), 1000.0 * sigma, text)
+        twins = self.forward.noisy_frames
+        loss = F.mse_loss(flow, (noise - x0)[:, :, twins.start:twins.stop])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, r.grad_clip)
+        self.optimizer.step()
+        self._update_ema()
+        self.step += 1
+        return loss.item()
+
+    @torch.no_grad()
+    def _update_ema(self) -> None:
+        # Short warm-up of the decay so early weights do not linger in the average.
+        decay = min(self.recipe.ema_decay, (1 + self.step) / (10 + self.step))
+        for ema, live in ((self.ema_model, self.model), (self.ema_text, self.text_encoder)):
+            for e, p in zip(ema.parameters(), live.parameters()):
+                e.lerp_(p, 1 - decay)
+
+
+def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, seed: int = 0,
+               threads: int | None = 2, resume: bool = True, checkpoint_minutes: float = 10.0,
+               report: bool = True, batch: int | None = None, log=print) -> dict:
+    """Train (or resume) the demo model into ``out_dir``; returns a summary dict.
+
+    ``steps`` fixes the run (and its LR schedule); ``minutes`` caps the wall time (total over resumes).
+    With ``report`` the finished weights are evaluated and MODEL_CARD.md, loss.png, samples.png written.
+    """
+    if threads:
+        torch.set_num_threads(threads)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    recipe = TrainRecipe()
+    if steps is not None:
+        recipe = TrainRecipe(**{**asdict(recipe), "steps": int(steps)})
+    if batch is not None:
+        recipe = TrainRecipe(**{**asdict(recipe), "batch": int(batch)})
+    trainer = Trainer(out_dir, recipe, seed, log)
+    state_path = out_dir / STATE_FILE
+    if resume and state_path.is_file():
+        trainer.load_state_dict(torch.load(state_path, map_location="cpu", weights_only=False))
+        log(f"resumed at step {trainer.step} ({trainer.elapsed / 60:.1f} min so far)")
+    budget = None if minutes is None else minutes * 60.0
+    last_checkpoint = time.perf_counter()
+    session_start, elapsed_before = time.perf_counter(), trainer.elapsed
+    while trainer.step < recipe.steps and (budget is None or trainer.elapsed < budget):
+        loss = trainer.train_step()
+        trainer.losses.append(loss)
+        trainer.elapsed = elapsed_before + time.perf_counter() - session_start
+        if trainer.step % 25 == 0 or trainer.step == recipe.steps:
+            log(f"step {trainer.step}/{recipe.steps} loss {trainer.smoothed_loss(25):.4f} "
+                f"lr {recipe.lr_at(trainer.step):.2e} {trainer.elapsed / 60:.1f} min")
+        if time.perf_counter() - last_checkpoint > checkpoint_minutes * 60:
+            trainer.checkpoint()
+            last_checkpoint = time.perf_counter()
+    trainer.checkpoint()
+    summary = {"out_dir": str(out_dir), "steps": trainer.step, "planned_steps": recipe.steps,
+               "minutes": round(trainer.elapsed / 60, 2), "loss": trainer.smoothed_loss()}
+    log(f"training done: {json.dumps(summary)}")
+    if report:
+        from .report import write_report
+
+        summary["report"] = write_report(out_dir, log=log)
+    return summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="fastar train-demo", description="train the bundled demo video model")
+    p.add_argument("--out", default="demo_training", help="output folder (weights, card, plots, training state)")
+    p.add_argument("--steps", type=int, default=None, help=f"optimisation steps (default {TrainRecipe.steps})")
+    p.add_argument("--minutes", type=float, default=None, help="stop after this much wall time (weights are kept)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--batch", type=int, default=None, help=f"clips per step (default {TrainRecipe.batch})")
+    p.add_argument("--fresh", action="store_true", help="ignore a saved training state in --out")
+    p.add_argument("--checkpoint-minutes", type=float, default=10.0)
+    p.add_argument("--no-report", action="store_true", help="skip the evaluation and model card")
+    p.add_argument("--report-only", action="store_true", help="only evaluate the weights in --out and write the card")
+    args = p.parse_args(argv)
+    if args.report_only:
+        from .report import write_report
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        write_report(Path(args.out))
+        return 0
+    train_demo(args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
+               resume=not args.fresh, checkpoint_minutes=args.checkpoint_minutes, report=not args.no_report,
+               batch=args.batch)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
