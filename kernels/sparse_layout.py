@@ -78,12 +78,17 @@ class SparseLayout:
         total = self.kv_num.numel() * self.num_k_blocks
         return float(self.kv_num.sum()) / total if total else 0.0
 
-    def visible_keys_per_query(self) -> torch.Tensor:
-        """[B, H, Nq] int64 (sorted query order): how many keys each query sees under the token rule."""
+    def visible_keys_per_query(self, counted_keys: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, H, Nq] int64 (sorted query order): how many keys each query sees under the token rule.
+
+        `counted_keys` [B, H, Nk] bool in sorted key order (e.g. finite bias) restricts which keys count."""
         B, H, Nq, Nk = self.shape
+        if counted_keys is None:
+            counted_keys = torch.ones(B, H, Nk, dtype=torch.bool, device=self.device)
+        weights = counted_keys.long()
         sparse = self.k_codes_sorted[..., self.n_dense :].long()
         hist = torch.zeros(B, H, 2**self.bits, dtype=torch.int64, device=self.device)
-        hist.scatter_add_(-1, sparse, torch.ones_like(sparse))
+        hist.scatter_add_(-1, sparse, weights[..., self.n_dense :])
         q_codes = self.q_codes_sorted.long()
         if self.bits <= BITMAP_MAX_BITS:
             per_code = (hist.double() @ hamming_ball_adjacency(self.bits, self.radius, self.device).double()).long()
@@ -94,7 +99,7 @@ class SparseLayout:
             for chunk in masks.split(256):
                 probes = q_codes.unsqueeze(-1) ^ chunk
                 counts += hist.gather(-1, probes.flatten(2)).view(B, H, Nq, -1).sum(-1)
-        return counts + self.n_dense
+        return counts + weights[..., : self.n_dense].sum(-1, keepdim=True)
 
     # Gathering into the sorted order and scattering back: shared by every backend.
     def sort_queries(self, q: torch.Tensor) -> torch.Tensor:

@@ -21,46 +21,57 @@ def sparse_attention_torch(q, k, v, layout, bias, scale: float):
     rows = B * H * n_qb
 
     q_rows = _pad_to(layout.sort_queries(q), 2, n_qb * bq, 0.0).view(rows, bq, D)
-    k_blocks = _pad_to(layout.sort_keys(k), 2, n_kb * bk, 0.0).view(B * H, n_kb, bk, D)
-    v_blocks = _pad_to(layout.sort_keys(v), 2, n_kb * bk, 0.0).view(B * H, n_kb, bk, D)
+    k_blocks = _pad_to(layout.sort_keys(k), 2, n_kb * bk, 0.0).view(B * H * n_kb, bk, D)
+    v_blocks = _pad_to(layout.sort_keys(v), 2, n_kb * bk, 0.0).view(B * H * n_kb, bk, D)
     key_bias = layout.sort_key_bias(bias)
     if key_bias is None:
         key_bias = torch.zeros(B, H, Nk, device=q.device)
-    key_bias = _pad_to(key_bias, 2, n_kb * bk, float("-inf")).view(B * H, n_kb, bk)
+    key_bias = _pad_to(key_bias, 2, n_kb * bk, float("-inf")).view(B * H * n_kb, bk)
     q_codes = _pad_to(layout.q_codes_sorted, 2, n_qb * bq, 0).view(rows, bq)
-    k_codes = _pad_to(layout.k_codes_sorted, 2, n_kb * bk, 0).view(B * H, n_kb, bk)
+    k_codes = _pad_to(layout.k_codes_sorted, 2, n_kb * bk, 0).view(B * H * n_kb, bk)
+    # Queries with no visible finite-bias key output 0 by convention (CUDA SDPA may give NaN there).
+    finite_keys = None if bias is None else layout.sort_key_bias(bias) > float("-inf")
+    seen = _pad_to(layout.visible_keys_per_query(finite_keys) > 0, 2, n_qb * bq, False).view(rows, bq, 1)
+
     kv_num = layout.kv_num.reshape(rows).long()
     kv_idx = layout.kv_idx.reshape(rows, -1).long()
-    kv_num_host = kv_num.tolist()
+    # Rows in order of block count, so each chunk pads its block lists to about the same length.
+    order = torch.sort(kv_num, stable=True).indices
+    kv_num_sorted = kv_num[order].tolist()
 
     out = torch.zeros(rows, bq, D, dtype=q.dtype, device=q.device)
-    max_kb = kv_idx.shape[1]
-    # Per row: gathered k and v, the fp32 mask and the int32 codes.
-    row_bytes = max_kb * bk * (2 * D * q.element_size() + bq * (4 + 4 + q.element_size()))
-    step = max(1, CHUNK_BYTES // max(1, row_bytes))
-    for start in range(0, rows, step):
+    # Bytes per row and listed block: gathered k and v, the fp32 mask, the int32 codes and the bool rule.
+    block_bytes = bk * (2 * D * q.element_size() + bq * (4 + 4 + 1 + q.element_size()))
+    start = 0
+    while start < rows:
+        n_blocks = kv_num_sorted[start]
+        step = max(1, CHUNK_BYTES // (block_bytes * max(1, n_blocks)))
         stop = min(rows, start + step)
-        n_blocks = max(kv_num_host[start:stop])
+        n_blocks = kv_num_sorted[stop - 1]  # the largest in this chunk
+        chunk = order[start:stop]
+        start = stop
         if n_blocks == 0:
-            continue  # nothing visible: rows stay zero
-        idx = kv_idx[start:stop, :n_blocks]
-        listed = torch.arange(n_blocks, device=q.device) < kv_num[start:stop, None]
-        bh = (torch.arange(start, stop, device=q.device) // n_qb)[:, None]
-        keys = k_blocks[bh, idx].flatten(1, 2)
-        values = v_blocks[bh, idx].flatten(1, 2)
-        key_pos = (idx[..., None] * bk + torch.arange(bk, device=q.device)).flatten(1)
-        codes = k_codes[bh, idx].flatten(1)
-        kb = torch.where(listed[..., None], key_bias[bh, idx], float("-inf")).flatten(1)
-        visible = (key_pos < layout.n_dense)[:, None, :] | within_radius(
-            q_codes[start:stop, :, None], codes[:, None, :], layout.radius
-        )
-        mask = torch.where(visible, kb[:, None, :], float("-inf"))
+            continue  # nothing listed: these rows stay zero
+        idx = kv_idx[chunk, :n_blocks]
+        listed = torch.arange(n_blocks, device=q.device) < kv_num[chunk, None]
+        # Row-wise index_select on flat block tables: much faster than 2-D advanced indexing.
+        flat = ((chunk // n_qb)[:, None] * n_kb + idx).flatten()
+        count = len(chunk)
+        keys = k_blocks.index_select(0, flat).view(count, n_blocks * bk, D)
+        values = v_blocks.index_select(0, flat).view(count, n_blocks * bk, D)
+        kb = key_bias.index_select(0, flat).view(count, n_blocks, bk)
+        kb = torch.where(listed[..., None], kb, float("-inf")).flatten(1)
+        codes = k_codes.index_select(0, flat).view(count, 1, n_blocks * bk)
+        visible = within_radius(q_codes.index_select(0, chunk).unsqueeze(-1), codes, layout.radius)
+        if layout.n_dense:
+            key_pos = (idx[..., None] * bk + torch.arange(bk, device=q.device)).view(count, 1, -1)
+            visible |= key_pos < layout.n_dense
+        mask = torch.where(visible, kb[:, None, :], float("-inf")).to(q.dtype)
         o = F.scaled_dot_product_attention(
-            q_rows[start:stop, None], keys[:, None], values[:, None], attn_mask=mask[:, None].to(q.dtype), scale=scale
+            q_rows.index_select(0, chunk)[:, None], keys[:, None], values[:, None], attn_mask=mask[:, None], scale=scale
         )[:, 0]
-        # Queries with no visible key: 0 by convention (CUDA SDPA may give NaN there).
-        seen = (mask > float("-inf")).any(-1, keepdim=True)
-        out[start:stop] = torch.where(seen, o, torch.zeros((), dtype=o.dtype, device=o.device))
+        o = torch.where(seen.index_select(0, chunk), o, torch.zeros((), dtype=o.dtype, device=o.device))
+        out.index_copy_(0, chunk, o)
     out = out.view(B, H, n_qb * bq, D)[:, :, :Nq]
     return layout.unsort_queries(out)
 
