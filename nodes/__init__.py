@@ -1,4 +1,33 @@
-"""ComfyUI node classes (V1 API). Importing this module never imports ComfyUI."""
+"""ComfyUI node classes (V1 API). Importing this package never imports ComfyUI: the nodes reach it at run time
+through ``host.py``, which falls back to plain Python when ComfyUI is not loaded."""
 
-NODE_CLASS_MAPPINGS: dict = {}
-NODE_DISPLAY_NAME_MAPPINGS: dict = {}
+from .node_attention import FastARAttention
+from .node_image_to_video import ARImageToVideo
+from .node_loader import LoadARVideoModel
+from .node_long_sampler import LongVideoSampler
+from .node_prompt_schedule import ARPromptScheduleNode
+from .node_sampler_ar import SamplerARVideoFastAR
+from .node_streaming_save import SaveLongVideoStreaming
+
+# Stable ids: saved workflows refer to them. Prefixed so they never collide with core nodes.
+NODE_CLASS_MAPPINGS = {
+    "FastAR_LoadARVideoModel": LoadARVideoModel,
+    "FastAR_Attention": FastARAttention,
+    "FastAR_PromptSchedule": ARPromptScheduleNode,
+    "FastAR_LongVideoSampler": LongVideoSampler,
+    "FastAR_SamplerARVideo": SamplerARVideoFastAR,
+    "FastAR_ImageToVideo": ARImageToVideo,
+    "FastAR_SaveLongVideo": SaveLongVideoStreaming,
+}
+
+NODE_DISPLAY_NAME_MAPPINGS = {
+    "FastAR_LoadARVideoModel": "Load AR Video Model",
+    "FastAR_Attention": "FAST-AR Attention",
+    "FastAR_PromptSchedule": "AR Prompt Schedule",
+    "FastAR_LongVideoSampler": "Long Video Sampler (AR)",
+    "FastAR_SamplerARVideo": "AR Video Sampler (FAST-AR)",
+    "FastAR_ImageToVideo": "AR Image to Video",
+    "FastAR_SaveLongVideo": "Save Long Video (streaming decode)",
+}
+
+__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]

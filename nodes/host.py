@@ -1,0 +1,178 @@
+"""The one module that talks to ComfyUI; every node reaches ComfyUI through ``get_host()``.
+
+Inside ComfyUI (its ``comfy.model_management`` and ``folder_paths`` are already imported when nodes run) this
+returns ``ComfyHost``; anywhere else the standalone fallback in ``standalone.py``. ComfyUI is imported lazily,
+inside methods, so importing the pack never imports ComfyUI. ``FASTAR_HOST=standalone|comfyui`` forces one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from ..fastar_core.errors import FastARError, GenerationCancelled
+from .standalone import StandaloneHost
+
+_standalone: StandaloneHost | None = None
+_comfy: ComfyHost | None = None
+
+
+def comfy_loaded() -> bool:
+    forced = os.environ.get("FASTAR_HOST", "").lower()
+    if forced in ("standalone", "comfyui"):
+        return forced == "comfyui"
+    return "comfy.model_management" in sys.modules and "folder_paths" in sys.modules
+
+
+def get_host():
+    global _standalone, _comfy
+    if comfy_loaded():
+        if _comfy is None:
+            _comfy = ComfyHost()
+        return _comfy
+    if _standalone is None:
+        _standalone = StandaloneHost()
+    return _standalone
+
+
+def standalone_host() -> StandaloneHost:
+    """The fallback host (tests register folders and request interrupts through it)."""
+    global _standalone
+    if _standalone is None:
+        _standalone = StandaloneHost()
+    return _standalone
+
+
+WEIGHT_DTYPES = ("default", "bf16", "fp16", "fp32", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2")
+
+
+class ComfyHost:
+    name = "comfyui"
+
+    # -- folders ----------------------------------------------------------------------------------------------
+    def list_files(self, folder: str) -> list[str]:
+        import folder_paths
+
+        return folder_paths.get_filename_list(folder)
+
+    def full_path(self, folder: str, name: str) -> str:
+        import folder_paths
+
+        return folder_paths.get_full_path_or_raise(folder, name)
+
+    def output_path(self, prefix: str, width: int, height: int) -> tuple[Path, str]:
+        import folder_paths
+
+        folder, filename, counter, subfolder, _ = folder_paths.get_save_image_path(
+            prefix, folder_paths.get_output_directory(), width, height)
+        return Path(folder) / f"{filename}_{counter:05}_.mp4", subfolder
+
+    # -- devices and memory -------------------------------------------------------------------------------------
+    def torch_device(self) -> torch.device:
+        import comfy.model_management as mm
+
+        return mm.get_torch_device()
+
+    def intermediate_device(self) -> torch.device:
+        import comfy.model_management as mm
+
+        return mm.intermediate_device()
+
+    def load_model(self, patcher) -> None:
+        import comfy.model_management as mm
+
+        # Applies LoRA / weight patches and moves the weights to ComfyUI's device (offloading what does not fit).
+        mm.load_models_gpu([patcher])
+
+    def soft_empty_cache(self) -> None:
+        import comfy.model_management as mm
+
+        mm.soft_empty_cache()
+
+    def load_vae(self, vae, piece_shape) -> None:
+        import comfy.model_management as mm
+
+        if hasattr(vae, "throw_exception_if_invalid"):
+            vae.throw_exception_if_invalid()
+        memory = vae.memory_used_decode(piece_shape, vae.vae_dtype)
+        full = getattr(vae, "disable_offload", False)
+        mm.load_models_gpu([vae.patcher], memory_required=memory, force_full_load=full)
+
+    # -- progress, previews, interruption -----------------------------------------------------------------------
+    def progress(self, total: int):
+        import comfy.utils
+
+        return comfy.utils.ProgressBar(total)
+
+    def previewer(self, patcher):
+        """A function latent-chunk -> preview tuple, or None when previews are off (--preview-method none)."""
+        import latent_preview
+
+        previewer = latent_preview.get_previewer(patcher.load_device, patcher.model.latent_format)
+        if previewer is None:
+            return None
+        return lambda latent: previewer.decode_latent_to_preview_image("JPEG", latent)
+
+    def interrupted(self) -> bool:
+        import comfy.model_management as mm
+
+        return mm.processing_interrupted()
+
+    def raise_interrupted(self) -> None:
+        import comfy.model_management as mm
+
+        mm.throw_exception_if_processing_interrupted()  # raises ComfyUI's own interrupt (clean "interrupted" run)
+        raise GenerationCancelled("interrupted")
+
+    # -- model building -------------------------------------------------------------------------------------------
+    def model_from_checkpoint(self, ckpt, weight_dtype: str, shift: float):
+        """A native MODEL built by ComfyUI's loader from the engine's normalised state dict."""
+        import comfy.sd
+
+        options = {}
+        if weight_dtype.startswith("fp8"):
+            options["dtype"] = getattr(torch, "float8_" + weight_dtype.replace("_fast", "")[len("fp8_"):])
+            options["fp8_optimizations"] = weight_dtype.endswith("_fast")
+        elif weight_dtype != "default":
+            options["dtype"] = ckpt.dtype
+        patcher = comfy.sd.load_diffusion_model_state_dict(dict(ckpt.state_dict), model_options=options)
+        if patcher is None:
+            raise FastARError(f"{ckpt.path}: ComfyUI did not recognise the converted weights as a Wan2.1 model")
+        self._set_shift(patcher, shift)
+        return patcher
+
+    @staticmethod
+    def _set_shift(patcher, shift: float) -> None:
+        # The same object patch as the ModelSamplingSD3 node, so BasicScheduler gives the AR family's sigmas.
+        import comfy.model_sampling
+
+        class ModelSamplingAR(comfy.model_sampling.ModelSamplingDiscreteFlow, comfy.model_sampling.CONST):
+            pass
+
+        sampling = ModelSamplingAR(patcher.model.model_config)
+        sampling.set_parameters(shift=shift, multiplier=1000)
+        patcher.add_object_patch("model_sampling", sampling)
+
+    def ksampler(self, sampler_function, extra_options: dict):
+        import comfy.samplers
+
+        return comfy.samplers.KSAMPLER(sampler_function, extra_options=extra_options)
+
+    def resize_image(self, image: torch.Tensor, width: int, height: int) -> torch.Tensor:
+        import comfy.utils
+
+        return comfy.utils.common_upscale(image.movedim(-1, 1), width, height, "bilinear", "center").movedim(1, -1)
+
+    def metadata(self, prompt, extra_pnginfo) -> dict | None:
+        from comfy.cli_args import args
+
+        if args.disable_metadata:
+            return None
+        meta = dict(extra_pnginfo or {})
+        if prompt is not None:
+            meta["prompt"] = prompt
+        return {k: json.dumps(v) for k, v in meta.items()} or None

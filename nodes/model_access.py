@@ -1,0 +1,100 @@
+"""From a MODEL (ComfyUI's ModelPatcher or the standalone stand-in) to what the engine needs.
+
+The engine's ``CausalRunner`` calls the Wan submodules directly, so it works on ComfyUI's own ``WanModel``:
+LoRA and other weight patches (applied when ComfyUI loads the model), fp8 manual casting and offloading stay
+ComfyUI's business. Patches that wrap the whole forward (attention overrides, block replacements, caches of
+other packs) do not apply to our forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..fastar_core.errors import FastARError
+from ..fastar_core.fastar.config import FastARConfig, get_preset
+from ..fastar_core.runner import CausalRunner
+from .constants import FASTAR_OPTIONS_KEY
+
+
+@dataclass
+class ARModel:
+    patcher: object
+    diffusion_model: torch.nn.Module
+    latent_format: object
+    dtype: torch.dtype  # the dtype activations run in
+    device: torch.device
+    fastar: FastARConfig
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.diffusion_model.blocks)
+
+    def runner(self) -> CausalRunner:
+        runner = CausalRunner(self.diffusion_model, dtype=self.dtype)
+        # With partial loading some weights stay offloaded (ComfyUI casts them per call), so the device of the
+        # first weight is not where activations belong: use the patcher's load device.
+        runner.device = self.device
+        return runner
+
+
+def diffusion_model_of(patcher):
+    """The Wan module tree, honouring object patches (e.g. a compile node's) but unwrapping torch.compile, since
+    the runner calls submodules rather than the compiled forward."""
+    getter = getattr(patcher, "get_model_object", None)
+    dm = getter("diffusion_model") if getter is not None else patcher.model.diffusion_model
+    return getattr(dm, "_orig_mod", dm)
+
+
+def check_wan_t2v(dm) -> None:
+    missing = [name for name in ("patch_embedding", "text_embedding", "time_embedding", "time_projection", "blocks",
+                                 "head") if not hasattr(dm, name)]
+    if missing:
+        raise FastARError(f"the MODEL is not a Wan2.1 diffusion model ({type(dm).__name__} has no "
+                          f"{', '.join(missing)}); load a Wan2.1 T2V model of the Self-Forcing family")
+    if getattr(dm, "img_emb", None) is not None or hasattr(dm.blocks[0].cross_attn, "k_img"):
+        raise FastARError("the MODEL is a Wan2.1 image-to-video (I2V) model; the AR models are text-to-video. "
+                          "For a start image use the 'AR Image to Video' node with the T2V model")
+    in_dim = dm.patch_embedding.weight.shape[1]
+    if in_dim != 16:
+        raise FastARError(f"the MODEL takes {in_dim} latent channels; Wan2.1 T2V takes 16 (Wan2.2 5B is not supported)")
+
+
+def compute_dtype(patcher) -> torch.dtype:
+    base = patcher.model
+    cast = getattr(base, "manual_cast_dtype", None)
+    if cast is not None:
+        return cast
+    dtype = base.get_dtype()
+    # fp8 weights without manual casting ("fp8 fast") still take bf16 activations.
+    return torch.bfloat16 if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else dtype
+
+
+def fastar_config_of(patcher) -> FastARConfig:
+    """The FAST-AR config the patcher node stored (a plain dict), or 'off' when the model was not patched."""
+    options = getattr(patcher, "model_options", {}) or {}
+    stored = options.get("transformer_options", {}).get(FASTAR_OPTIONS_KEY)
+    if not stored:
+        return get_preset("off")
+    fields = dict(stored)
+    if isinstance(fields.get("layers"), list):
+        fields["layers"] = tuple(fields["layers"])
+    known = FastARConfig.__dataclass_fields__
+    return FastARConfig(**{k: v for k, v in fields.items() if k in known}).validate()
+
+
+def resolve_model(patcher, device=None) -> ARModel:
+    if patcher is None or not hasattr(patcher, "model"):
+        raise FastARError("the 'model' input is not a MODEL")
+    dm = diffusion_model_of(patcher)
+    check_wan_t2v(dm)
+    load_device = getattr(patcher, "load_device", None)
+    return ARModel(
+        patcher=patcher,
+        diffusion_model=dm,
+        latent_format=patcher.model.latent_format,
+        dtype=compute_dtype(patcher),
+        device=torch.device(device or load_device or dm.patch_embedding.weight.device),
+        fastar=fastar_config_of(patcher),
+    )

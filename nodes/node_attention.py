@@ -1,0 +1,76 @@
+"""FAST-AR Attention: a MODEL patch that tells our samplers which FAST-AR pieces to use.
+
+The config travels as a plain dict in ``model_options["transformer_options"]``: ComfyUI deep-copies
+model_options on every clone, so nothing large (and no tensor) may live there. Stock samplers ignore it.
+"""
+
+from __future__ import annotations
+
+from ..fastar_core.errors import FastARError
+from ..fastar_core.fastar.config import get_preset, parse_layers
+from .constants import CATEGORY, FASTAR_BACKENDS, FASTAR_OPTIONS_KEY, FASTAR_PRESETS, SWITCH
+from .inputs import combo, float_input, int_input, link, string_input
+from .model_access import check_wan_t2v, diffusion_model_of
+
+
+def _switch(value: str):
+    return None if value == "preset" else value == "on"
+
+
+class FastARAttention:
+    DESCRIPTION = ("Turns on FAST-AR for the AR samplers of this pack: TempCache (a bounded KV cache that merges "
+                   "temporally matching keys), AnnCA (prompt-token pruning in cross-attention) and AnnSA (bucketed "
+                   "sparse self-attention). Pick a preset, then override single knobs; 0 / -1 / 'preset' keep the "
+                   "preset's value. ComfyUI's KSampler ignores this patch.")
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "model": link("MODEL", "A Wan2.1 T2V MODEL (from Load AR Video Model or Load Diffusion Model)."),
+            "preset": combo(FASTAR_PRESETS, "off: dense reference. quality: TempCache at threshold 0.95 + AnnCA. "
+                                            "balanced: the paper's defaults (TempCache 0.9, AnnCA, AnnSA). fast: more "
+                                            "merging, 7-bit buckets, 15-frame capacity.", default="balanced"),
+            "tempcache": combo(SWITCH, "TempCache (bounded, merged KV cache): as the preset says, or forced on/off. "
+                                       "The sampler's cache_policy 'auto' follows it."),
+            "threshold": float_input(0.0, 0.0, 1.0, "TempCache merge threshold: cosine similarity a new key needs to "
+                                                    "join a cached group (higher = fewer merges, closer to dense). "
+                                                    "0 = preset."),
+            "capacity_frames": int_input(0, 0, 4096, "TempCache capacity in latent frames' worth of tokens, sink "
+                                                     "included; memory stays flat at this size. 0 = preset."),
+            "annca": combo(SWITCH, "AnnCA: merge identical padded prompt tokens and prune prompt tokens no query of a "
+                                   "frame hashes near."),
+            "annsa": combo(SWITCH, "AnnSA: bucketed sparse self-attention over the cache (sink and current chunk stay "
+                                   "dense)."),
+            "bits": int_input(0, 0, 16, "LSH bits per table for AnnSA/AnnCA (2^bits buckets; more = sparser). "
+                                        "0 = preset."),
+            "tables": int_input(0, 0, 8, "LSH tables (more = better recall, more hashing). 0 = preset."),
+            "dense_warmup": float_input(-1.0, -1.0, 1.0, "Share of denoising steps that stay dense before AnnSA "
+                                                         "starts. -1 = preset."),
+            "layers": string_input("all", "Blocks where AnnSA runs: 'all' or a comma-separated list such as 2,3,5."),
+            "backend": combo(FASTAR_BACKENDS, "Attention kernels: auto picks Triton/FlashInfer/flex on GPUs and plain "
+                                              "torch elsewhere (always works)."),
+        }}
+
+    RETURN_TYPES = ("MODEL",)
+    RETURN_NAMES = ("model",)
+    OUTPUT_TOOLTIPS = ("The same MODEL (a clone) carrying the FAST-AR settings.",)
+    FUNCTION = "patch"
+    CATEGORY = CATEGORY
+
+    def patch(self, model, preset="balanced", tempcache="preset", threshold=0.0, capacity_frames=0, annca="preset",
+              annsa="preset", bits=0, tables=0, dense_warmup=-1.0, layers="all", backend="auto"):
+        dm = diffusion_model_of(model)
+        check_wan_t2v(dm)
+        layers = (layers or "all").strip()
+        if layers == "auto":
+            raise FastARError("layers 'auto' needs a calibration file, which this node does not take; use 'all' or "
+                              "the list that `fastar calibrate` printed")
+        config = get_preset(preset).with_overrides(
+            tempcache=_switch(tempcache), threshold=threshold or None, capacity_frames=capacity_frames or None,
+            annca=_switch(annca), annsa=_switch(annsa), bits=bits or None, tables=tables or None,
+            dense_warmup=None if dense_warmup < 0 else dense_warmup, layers=parse_layers(layers), backend=backend,
+        )
+        config.validate(num_layers=len(dm.blocks))
+        patched = model.clone()
+        patched.model_options.setdefault("transformer_options", {})[FASTAR_OPTIONS_KEY] = config.to_dict()
+        return (patched,)

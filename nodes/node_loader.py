@@ -1,0 +1,55 @@
+"""Load AR Video Model: a Self-Forcing-family checkpoint in, a native ComfyUI MODEL out."""
+
+from __future__ import annotations
+
+import json
+
+from ..fastar_core.checkpoint import load_checkpoint
+from .constants import CATEGORY
+from .host import WEIGHT_DTYPES, get_host
+from .inputs import combo, float_input
+
+NO_LORA = "none"
+ENGINE_DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}  # others: ComfyUI casts (fp8) or picks (default)
+
+
+class LoadARVideoModel:
+    DESCRIPTION = ("Loads a Wan2.1 autoregressive checkpoint (Self-Forcing, CausVid, Rolling Forcing, LongLive, Krea, "
+                   "Causal Forcing; .safetensors or .pt) from models/diffusion_models: picks the EMA weights, strips "
+                   "training prefixes, optionally merges a LongLive LoRA, and builds a native MODEL with ComfyUI's "
+                   "own loader, so LoRA loaders, model-sampling and compile nodes keep working on it.")
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        host = get_host()
+        return {"required": {
+            "model_name": combo(host.list_files("diffusion_models"),
+                                "Checkpoint in models/diffusion_models (or models/unet): e.g. self_forcing_dmd.pt, "
+                                "rolling_forcing_dmd.pt, longlive_base.pt, causal_forcing.pt. Training files "
+                                "(generator_ema, FSDP prefixes) are handled."),
+            "weight_dtype": combo(WEIGHT_DTYPES,
+                                  "Weight dtype. 'default' lets ComfyUI choose for your device (bf16/fp16 on GPUs, "
+                                  "fp32 on CPU); fp8 halves memory at a small quality cost."),
+            "lora_name": combo([NO_LORA, *host.list_files("loras")],
+                               "Optional LongLive LoRA (models/loras/lora.pt), merged into the weights at "
+                               "alpha/rank as LongLive trains it. 'none' for every other model."),
+            "shift": float_input(5.0, 0.0, 100.0,
+                                 "Flow shift that ComfyUI's own schedulers (BasicScheduler) use with this MODEL: 5 "
+                                 "gives the Self-Forcing family's 4-step sigmas with 4 'simple' steps. The Long Video "
+                                 "Sampler's presets do not depend on it."),
+        }}
+
+    RETURN_TYPES = ("MODEL", "STRING")
+    RETURN_NAMES = ("model", "info")
+    OUTPUT_TOOLTIPS = ("A native Wan2.1 T2V MODEL.", "What the checkpoint was: family, shape, dtype, prefixes.")
+    FUNCTION = "load"
+    CATEGORY = CATEGORY
+
+    def load(self, model_name, weight_dtype="default", lora_name=NO_LORA, shift=5.0):
+        host = get_host()
+        path = host.full_path("diffusion_models", model_name)
+        lora = host.full_path("loras", lora_name) if lora_name and lora_name != NO_LORA else None
+        ckpt = load_checkpoint(path, dtype=ENGINE_DTYPES.get(weight_dtype), lora=lora)
+        model = host.model_from_checkpoint(ckpt, weight_dtype, shift)
+        info = json.dumps({**ckpt.summary(), "weight_dtype": weight_dtype, "shift": shift}, indent=1)
+        return (model, info)

@@ -1,0 +1,119 @@
+"""Long Video Sampler (AR): the whole autoregressive rollout in one node, LATENT + report out."""
+
+from __future__ import annotations
+
+from ..fastar_core.errors import FastARError
+from ..fastar_core.runner import nearest_valid_pixel_frames
+from .constants import (
+    CACHE_POLICIES,
+    CATEGORY,
+    CONDITIONING_OR_SCHEDULE,
+    MAX_LENGTH,
+    MAX_RESOLUTION,
+    PIXEL_STEP,
+    SAMPLER_MODES,
+    SCHEDULE_PRESETS,
+)
+from .host import get_host
+from .inputs import combo, float_input, int_input, link, seed_input
+from .model_access import resolve_model
+from .prompting import as_schedule
+from .rollout import RolloutSettings, run_rollout
+
+
+def check_length(length: int) -> int:
+    """Wan's VAE maps 4k+1 video frames to k+1 latent frames; other lengths are refused, naming valid ones."""
+    if length < 1 or (length - 1) % 4:
+        lo, hi = nearest_valid_pixel_frames(length)
+        raise FastARError(f"length {length} is not a valid Wan video length (4k+1 frames: ..., 77, 81, 85, ...); "
+                          f"nearest valid lengths: {lo} or {hi}")
+    return (length - 1) // 4 + 1
+
+
+def check_size(name: str, value: int) -> int:
+    if value < PIXEL_STEP or value % PIXEL_STEP:
+        lo = max(PIXEL_STEP, value // PIXEL_STEP * PIXEL_STEP)
+        raise FastARError(f"{name} {value} is not a multiple of {PIXEL_STEP} (Wan's 8x VAE and 2x2 patches); "
+                          f"nearest valid: {lo} or {lo + PIXEL_STEP}")
+    return value // 8
+
+
+LENGTH_TOOLTIP = ("Video length in frames. Wan's VAE turns 4k+1 frames into k+1 latent frames, so the length must be "
+                  "1, 5, 9, ..., 81, ... (81 = 21 latent frames = 5 s at 16 fps; 1001 = 62.5 s). Other values are "
+                  "refused with the nearest valid ones.")
+
+
+class LongVideoSampler:
+    DESCRIPTION = ("Generates a long video chunk by chunk with an autoregressive Wan2.1 model (Self-Forcing family): "
+                   "each chunk is denoised with the step list, then its clean keys/values go into a KV cache that the "
+                   "next chunks read. The cache policy bounds memory (window, rolling, or FAST-AR's TempCache). "
+                   "Outputs a LATENT for the native VAE Decode and a report.")
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "model": link("MODEL", "A Wan2.1 T2V AR model; pass it through 'FAST-AR Attention' to use FAST-AR."),
+                "positive": link(CONDITIONING_OR_SCHEDULE, "The prompt: a CONDITIONING (from CLIP Text Encode with a "
+                                                           "'wan' text encoder, or from AR Image to Video) or an AR "
+                                                           "Prompt Schedule."),
+                "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION, "Video width in pixels (multiple of 16). The AR "
+                                                                    "models are trained at 832x480.", step=PIXEL_STEP),
+                "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height in pixels (multiple of 16).",
+                                    step=PIXEL_STEP),
+                "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP, step=4),
+                "frames_per_block": int_input(3, 1, 64, "Latent frames per chunk; must match the checkpoint's "
+                                                        "training (3 for Self-Forcing, CausVid, Rolling Forcing, "
+                                                        "LongLive, Krea; 1 for frame-wise Causal Forcing)."),
+                "schedule": combo(SCHEDULE_PRESETS, "Denoising steps per chunk: Self-Forcing 4-step (also LongLive, "
+                                                    "Causal Forcing, Krea), Rolling Forcing 5-step, CausVid 3-step. "
+                                                    "A connected 'sigmas' input replaces it."),
+                "mode": combo(SAMPLER_MODES, "chunk: one chunk at a time. rolling: Rolling Forcing's window of chunks "
+                                             "at staggered noise levels. auto: rolling for the Rolling Forcing "
+                                             "schedule, chunk otherwise."),
+                "seed": seed_input("Seed of every noise draw (per chunk and step); same seed, same video, with or "
+                                   "without FAST-AR."),
+                "cache_policy": combo(CACHE_POLICIES, "What later chunks attend to. global: every frame (memory grows "
+                                                      "with length). window: sink + last window_frames (LongLive). "
+                                                      "rolling: Rolling Forcing's cache. tempcache: FAST-AR's merged "
+                                                      "cache (needs FAST-AR Attention). auto: tempcache when FAST-AR "
+                                                      "turns it on, else global."),
+                "sink_frames": int_input(3, 0, 64, "Latent frames at the start that stay in the cache for good "
+                                                   "(attention sink; window, rolling and tempcache)."),
+                "window_frames": int_input(12, 1, 4096, "Recent latent frames kept besides the sink (window policy "
+                                                        "only; LongLive: 9)."),
+                "context_noise": float_input(0.0, 0.0, 0.99, "Noise level of the pass that writes a finished chunk "
+                                                             "into the cache (0 in every released model)."),
+            },
+            "optional": {
+                "sigmas": link("SIGMAS", "Optional custom step list (e.g. from BasicScheduler); replaces 'schedule'. "
+                                         "A trailing 0 is dropped: every chunk ends clean."),
+            },
+        }
+
+    RETURN_TYPES = ("LATENT", "STRING")
+    RETURN_NAMES = ("latent", "report")
+    OUTPUT_TOOLTIPS = ("Wan2.1 LATENT [1, 16, frames, height/8, width/8] for the native VAE Decode.",
+                       "Per-chunk speed, cache memory and FAST-AR statistics.")
+    FUNCTION = "sample"
+    CATEGORY = CATEGORY
+
+    def sample(self, model, positive, width, height, length, frames_per_block=3, schedule="Self-Forcing 4-step",
+               mode="auto", seed=0, cache_policy="auto", sink_frames=3, window_frames=12, context_noise=0.0,
+               sigmas=None):
+        host = get_host()
+        total_frames = check_length(length)
+        latent_w, latent_h = check_size("width", width), check_size("height", height)
+        if sigmas is None and schedule not in SCHEDULE_PRESETS:
+            raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
+        prompts = as_schedule(positive)
+        host.load_model(model)
+        ar_model = resolve_model(model)
+        settings = RolloutSettings(
+            frames_per_block=frames_per_block, schedule=sigmas if sigmas is not None else SCHEDULE_PRESETS[schedule],
+            mode=mode, seed=seed, cache_policy=cache_policy, sink_frames=sink_frames, window_frames=window_frames,
+            context_noise=context_noise,
+        )
+        outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host)
+        latent = ar_model.latent_format.process_out(outcome.latent).to(host.intermediate_device())
+        return ({"samples": latent}, outcome.report)

@@ -1,0 +1,118 @@
+"""AR Video Sampler (FAST-AR): the same rollout as a SAMPLER for SamplerCustomAdvanced.
+
+ComfyUI's custom sampling calls a KSAMPLER's function as ``fn(model, noise, sigmas, extra_args, callback,
+disable, **extra_options)`` where ``model`` is a ``KSamplerX0Inpaint`` around the guider: ``model.inner_model`` is
+the CFGGuider (or BasicGuider), whose ``model_patcher`` is the MODEL and whose ``conds["positive"]`` holds the
+processed conditioning (``cross_attn`` = the text tensor, plus the entry's extras). ``noise`` is already in the
+model's latent space and scaled to the first sigma; the guider applies ``process_latent_out`` to what we return.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..fastar_core.errors import FastARError
+from .constants import CACHE_POLICIES, CATEGORY, INITIAL_LATENT_KEY, PROMPT_SCHEDULE, SAMPLER_MODES
+from .host import get_host
+from .inputs import combo, float_input, int_input, link
+from .model_access import resolve_model
+from .prompting import ARPromptSchedule, ScheduledPrompt
+from .rollout import RolloutSettings, run_rollout
+
+log = logging.getLogger("FAST-AR")
+SETTING_KEYS = ("frames_per_block", "mode", "cache_policy", "sink_frames", "window_frames", "context_noise")
+
+
+def schedule_from_guider(guider, options: dict) -> tuple[ARPromptSchedule, list]:
+    notes = []
+    conds = getattr(guider, "conds", None) or {}
+    positive = conds.get("positive") or []
+    scheduled = options.get("prompt_schedule")
+    if scheduled is not None:
+        if positive:
+            notes.append("the guider's positive conditioning is replaced by the sampler's prompt_schedule")
+        return scheduled, notes
+    if not positive or "cross_attn" not in positive[0]:
+        raise FastARError("the guider has no positive text conditioning; connect CFGGuider/BasicGuider 'positive' to a "
+                          "CLIP Text Encode (wan) or AR Image to Video output")
+    if len(positive) > 1:
+        notes.append(f"the guider's positive has {len(positive)} entries; the AR sampler uses the first")
+    cfg = getattr(guider, "cfg", 1.0)
+    if cfg != 1.0:
+        notes.append(f"cfg {cfg} is ignored: the AR models are distilled for cfg 1 (negative prompt unused)")
+    first = positive[0]
+    prompt = ScheduledPrompt(0, first["cross_attn"], 0, "prompt")
+    return ARPromptSchedule([prompt], first.get(INITIAL_LATENT_KEY)), notes
+
+
+@torch.no_grad()
+def sample_ar_video(model, noise, sigmas, extra_args=None, callback=None, disable=None, **options):
+    """The SAMPLER's function: chunks start from the given noise; re-noising is seeded from the noise seed."""
+    host = get_host()
+    extra_args = extra_args or {}
+    guider = getattr(model, "inner_model", model)
+    patcher = getattr(guider, "model_patcher", None)
+    if patcher is None:
+        raise FastARError("the AR Video Sampler (FAST-AR) runs inside SamplerCustomAdvanced with a guider "
+                          "(CFGGuider or BasicGuider) around a Wan2.1 T2V MODEL")
+    if noise.ndim != 5:
+        raise FastARError(f"the latent has shape {list(noise.shape)}; a video latent [B, 16, frames, h, w] is needed "
+                          "(EmptyHunyuanLatentVideo or AR Image to Video)")
+    schedule, notes = schedule_from_guider(guider, options)
+    ar_model = resolve_model(patcher, device=noise.device)
+    settings = RolloutSettings(schedule=sigmas.detach().float().cpu(), seed=int(extra_args.get("seed") or 0),
+                               **{k: options[k] for k in SETTING_KEYS if k in options})
+    outcome = run_rollout(ar_model, schedule, noise.shape[2], noise.shape[3], noise.shape[4], settings, host,
+                          start_noise=noise, notes=notes)
+    log.info("%s", outcome.report)
+    samples = outcome.latent.to(device=noise.device, dtype=noise.dtype)
+    last = float(sigmas[-1])
+    if last > 0:
+        # The AR loop always ends clean; KSAMPLER divides by (1 - last sigma) afterwards, so undo that here.
+        samples = samples * (1.0 - last)
+    return samples
+
+
+class SamplerARVideoFastAR:
+    DESCRIPTION = ("A SAMPLER for SamplerCustomAdvanced that runs the chunk-by-chunk AR loop with window, sink, "
+                   "rolling and FAST-AR caches. Swap it in for ComfyUI's 'Sampler AR Video'. Uses the given SIGMAS as "
+                   "the step list (BasicScheduler 'simple', 4 steps, on a shift-5 model gives Self-Forcing's), starts "
+                   "each chunk from the given NOISE and re-noises between steps from the noise seed. cfg is ignored.")
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "frames_per_block": int_input(3, 1, 64, "Latent frames per chunk; must match the checkpoint (3 for "
+                                                        "the Self-Forcing family, 1 for frame-wise Causal Forcing)."),
+                "mode": combo(SAMPLER_MODES, "chunk, or rolling (Rolling Forcing's staggered window). auto = chunk "
+                                             "(the step list comes from SIGMAS)."),
+                "cache_policy": combo(CACHE_POLICIES, "global, window (sink + last frames), rolling, or tempcache "
+                                                      "(FAST-AR). auto: tempcache when the MODEL's FAST-AR patch turns "
+                                                      "it on, else global."),
+                "sink_frames": int_input(3, 0, 64, "Latent frames kept for good at the start of the cache."),
+                "window_frames": int_input(12, 1, 4096, "Recent latent frames kept besides the sink (window policy)."),
+                "context_noise": float_input(0.0, 0.0, 0.99, "Noise level of the cache-writing pass (0 in released "
+                                                             "models)."),
+            },
+            "optional": {
+                "prompt_schedule": link(PROMPT_SCHEDULE, "Optional AR Prompt Schedule; replaces the guider's positive "
+                                                         "prompt so prompts can change over the video."),
+            },
+        }
+
+    RETURN_TYPES = ("SAMPLER",)
+    RETURN_NAMES = ("sampler",)
+    OUTPUT_TOOLTIPS = ("For SamplerCustomAdvanced's 'sampler' input.",)
+    FUNCTION = "get_sampler"
+    CATEGORY = CATEGORY
+
+    def get_sampler(self, frames_per_block=3, mode="auto", cache_policy="auto", sink_frames=3, window_frames=12,
+                    context_noise=0.0, prompt_schedule=None):
+        options = {"frames_per_block": frames_per_block, "mode": mode, "cache_policy": cache_policy,
+                   "sink_frames": sink_frames, "window_frames": window_frames, "context_noise": context_noise}
+        if prompt_schedule is not None:
+            options["prompt_schedule"] = prompt_schedule
+        return (get_host().ksampler(sample_ar_video, options),)

@@ -1,0 +1,73 @@
+"""Save Long Video (streaming decode): LATENT -> MP4 without ever holding the whole video's pixels."""
+
+from __future__ import annotations
+
+import torch
+
+from ..fastar_core.errors import FastARError
+from .constants import CATEGORY
+from .host import get_host
+from .inputs import float_input, int_input, link, string_input
+from .streaming_decode import decode_pieces, pixel_frames
+from .video_file import Mp4Writer
+
+
+class SaveLongVideoStreaming:
+    DESCRIPTION = ("Decodes a long video LATENT a few latent frames at a time and appends them to an MP4 as it goes, "
+                   "so a 1000-frame video never sits in GPU memory or RAM as pixels (VAE Decode + Create Video would "
+                   "hold all of it). With the Wan2.1 VAE the result is identical to a full VAE Decode: the decoder's "
+                   "causal cache is carried from piece to piece.")
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {
+                "samples": link("LATENT", "The video LATENT from an AR sampler."),
+                "vae": link("VAE", "The Wan2.1 VAE (wan_2.1_vae.safetensors)."),
+                "fps": float_input(16.0, 1.0, 120.0, "Frames per second of the file (Wan models: 16).", step=1.0),
+                "filename_prefix": string_input("video/FastAR", "Output file prefix, under ComfyUI's output folder."),
+                "frames_per_piece": int_input(8, 1, 256, "Latent frames decoded per step (4 video frames each). "
+                                                         "Lower it if decoding runs out of memory."),
+            },
+            "hidden": {"prompt": "PROMPT", "extra_pnginfo": "EXTRA_PNGINFO"},
+        }
+
+    RETURN_TYPES = ("STRING",)
+    RETURN_NAMES = ("filename",)
+    OUTPUT_TOOLTIPS = ("Path of the written MP4.",)
+    OUTPUT_NODE = True
+    FUNCTION = "save"
+    CATEGORY = CATEGORY
+
+    def save(self, samples, vae, fps=16.0, filename_prefix="video/FastAR", frames_per_piece=8, prompt=None,
+             extra_pnginfo=None):
+        host = get_host()
+        latent = samples["samples"] if isinstance(samples, dict) else samples
+        if not torch.is_tensor(latent) or latent.ndim != 5:
+            raise FastARError("samples is not a video LATENT [batch, 16, frames, h, w]")
+        batch, _, frames, h, w = latent.shape
+        width, height = w * 8, h * 8
+        metadata = host.metadata(prompt, extra_pnginfo)
+        total = pixel_frames(frames)
+        bar = host.progress(batch * total)
+        results, paths = [], []
+        for b in range(batch):
+            path, subfolder = host.output_path(filename_prefix, width, height)
+            writer = Mp4Writer(path, fps, width, height, metadata)
+            try:
+                for piece in decode_pieces(vae, latent[b:b + 1], frames_per_piece, load=host.load_vae):
+                    if host.interrupted():
+                        host.raise_interrupted()
+                    writer.write(piece[0])
+                    bar.update_absolute(b * total + writer.frames, batch * total)
+                writer.close()
+            except BaseException:
+                writer.abort()
+                raise
+            finally:
+                host.soft_empty_cache()
+            if writer.frames != total:
+                raise FastARError(f"decoded {writer.frames} frames, expected {total}")
+            results.append({"filename": path.name, "subfolder": subfolder, "type": "output"})
+            paths.append(str(path))
+        return {"ui": {"images": results, "animated": (True,)}, "result": ("\n".join(paths),)}
