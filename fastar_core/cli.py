@@ -1,3 +1,131 @@
-def main(argv=None):
-    print("fastar")
+"""The ``fastar`` command line (also ``python -m comfyui_fastar``).
+
+Subcommands: ``info`` (what a checkpoint is), ``generate`` (a long latent video from a checkpoint),
+``demo`` (the bundled model, FAST-AR against dense), ``bench`` (figures as JSON and plots), ``calibrate``
+(per-layer AnnSA recall), ``train-demo`` (re-train the bundled model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import FastARError
+
+
+def _add_generate(sub):
+    p = sub.add_parser("generate", help="generate a long latent video from a Wan2.1 AR checkpoint")
+    p.add_argument("--checkpoint", required=True, help=".safetensors or .pt of the Self-Forcing family")
+    p.add_argument("--frames", type=int, required=True, help="latent frames to generate (4 video frames each)")
+    p.add_argument("--height", type=int, default=480, help="video height in pixels (multiple of 16)")
+    p.add_argument("--width", type=int, default=832, help="video width in pixels (multiple of 16)")
+    p.add_argument("--cond", help="safetensors file holding the text conditioning [1, L, text_dim]")
+    p.add_argument("--out", required=True, help="output folder (latent.safetensors, stats.json)")
+    p.add_argument("--cache", default="global", choices=["global", "window", "rolling"],
+                   help="dense cache policy (FAST-AR's tempcache comes with --fastar)")
+    p.add_argument("--sink", type=int, default=3, help="sink frames (window and rolling caches)")
+    p.add_argument("--window", type=int, default=12, help="window frames besides the sink (window cache)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--schedule", default="self-forcing",
+                   help="self-forcing, rolling-forcing, causvid, or comma-separated sigmas")
+    p.add_argument("--mode", default="chunk", choices=["chunk", "rolling"], help="rolling = Rolling Forcing window")
+    p.add_argument("--frames-per-block", type=int, default=3)
+    p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--lora", help="LongLive-style PEFT LoRA file merged into the weights")
+    from .fastar.config import add_fastar_arguments
+
+    add_fastar_arguments(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fastar", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("info", help="describe a Wan2.1 checkpoint")
+    p.add_argument("checkpoint")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _add_generate(sub)
+
+    p = sub.add_parser("demo", help="generate with the bundled demo model, FAST-AR against dense")
+    p.add_argument("--out", default="fastar-demo", help="output folder")
+    p.add_argument("--frames", type=int, default=None, help="latent frames (default: the demo's length)")
+    p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
+    p.add_argument("what", choices=["rollout", "attention", "kernels", "gpu-rollout"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
+    p.add_argument("--model", default="demo", choices=["demo", "wan-shapes"], help="rollout model")
+    p.add_argument("--modes", default=None, help="comma-separated subset of modes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=float, default=None, help="time budget in seconds (GPU scripts)")
+
+    p = sub.add_parser("calibrate", help="measure per-layer AnnSA recall and write the layer list")
+    p.add_argument("--checkpoint", default=None, help="model to calibrate (default: the demo model)")
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--frames", type=int, default=24)
+    p.add_argument("--min-recall", type=float, default=None)
+    p.add_argument("--fraction", type=float, default=0.7, help="share of layers to sparsify")
+
+    p = sub.add_parser("train-demo", help="train the bundled demo model")
+    p.add_argument("--out", required=True)
+    p.add_argument("--minutes", type=float, default=60.0)
+    p.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def cmd_info(args) -> int:
+    from .checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(args.checkpoint)
+    summary = ckpt.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    cfg = summary["config"]
+    print(f"file        {summary['path']}")
+    print(f"family      {summary['family']} (Wan2.1 T2V architecture)")
+    print(f"config      dim {cfg['dim']}, {cfg['num_heads']} heads x {summary['head_dim']}, "
+          f"{cfg['num_layers']} layers, "
+          f"ffn {cfg['ffn_dim']}, in/out {cfg['in_dim']}/{cfg['out_dim']} ch, text {cfg['text_dim']}, "
+          f"patch {tuple(cfg['patch_size'])}")
+    print(f"dtype       {summary['dtype']}")
+    print(f"parameters  {summary['parameters']:,}")
+    print(f"weights     from '{summary['container']}', prefix stripped: {summary['prefix_stripped']}")
+    if summary["causal_ar_marker"] is not None:
+        print(f"metadata    causal_ar = {summary['causal_ar_marker']}")
     return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "info":
+            return cmd_info(args)
+        if args.command == "generate":
+            from .generate import run_generate
+
+            return run_generate(args)
+        if args.command == "demo":
+            from .main_job import run_demo
+
+            return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
+        if args.command == "bench":
+            from .bench import run_bench
+
+            return run_bench(args)
+        if args.command == "calibrate":
+            from .fastar.calibrate import run_calibrate
+
+            return run_calibrate(args)
+        if args.command == "train-demo":
+            from .demo.train import train_demo
+
+            train_demo(Path(args.out), minutes=args.minutes, seed=args.seed)
+            return 0
+    except FastARError as e:
+        print(f"fastar: error: {e}", file=sys.stderr)
+        return 2
+    return 1

@@ -1,0 +1,43 @@
+"""Benchmarks: figures as JSON plus PNG plots, measured side by side in one run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def run_bench(args) -> int:
+    out = Path(args.out)
+    if args.what == "rollout":
+        from .rollout import run_rollout_bench
+
+        modes = args.modes.split(",") if args.modes else None
+        report = run_rollout_bench(out, frames=args.frames, model=args.model, modes=modes, seed=args.seed)
+        print_rollout_table(report)
+    elif args.what == "attention":
+        from .attention import run_attention_bench
+
+        run_attention_bench(out, seed=args.seed)
+    elif args.what == "kernels":
+        from ...kernels.bench import run_kernel_bench
+
+        run_kernel_bench(out, time_budget_s=args.budget or 270)
+    elif args.what == "gpu-rollout":
+        from .gpu_rollout import run_gpu_rollout
+
+        run_gpu_rollout(out, budget_s=args.budget or 360)
+    print(f"wrote {out}")
+    return 0
+
+
+def print_rollout_table(report: dict) -> None:
+    print(f"\n{'mode':18s} {'speedup':>8s} {'growth':>7s} {'cache MiB':>10s} {'PSNR dB':>8s} {'SSIM':>6s} "
+          f"{'density':>8s} {'recall':>7s}")
+    for name, m in report["modes"].items():
+        s = m["summary"]
+
+        def fmt(x, spec):
+            return format(x, spec) if isinstance(x, (int, float)) else "-"
+
+        print(f"{name:18s} {fmt(s['speedup_vs_dense'], '8.2f')} {fmt(s['latency_growth'], '7.2f')} "
+              f"{s['cache_bytes_max'] / 2**20:10.2f} {fmt(s['psnr_mean'], '8.2f')} {fmt(s['ssim_mean'], '6.3f')} "
+              f"{fmt(s['density_mean'], '8.3f')} {fmt(s['recall_mean'], '7.3f')}")

@@ -1,0 +1,75 @@
+"""Writing benchmark figures: JSON always, PNG plots when matplotlib is installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+
+def machine() -> dict:
+    info = {"python": platform.python_version(), "torch": torch.__version__, "cpu_threads": torch.get_num_threads(),
+            "platform": platform.platform()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def write_json(path: Path, data: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def resident_bytes() -> int:
+    """Current resident memory of this process (Linux), 0 where /proc is unavailable."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+def line_plots(path: Path, panels: list[dict], title: str = "") -> Path | None:
+    """``panels``: [{"title", "xlabel", "ylabel", "series": {label: (xs, ys)}, "logy"?}] side by side."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: skipping", path.name)
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        for label, (xs, ys) in panel["series"].items():
+            ax.plot(xs, ys, label=label, linewidth=1.4)
+        ax.set_title(panel["title"])
+        ax.set_xlabel(panel["xlabel"])
+        ax.set_ylabel(panel["ylabel"])
+        if panel.get("logy"):
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def latency_growth(seconds: list[float]) -> float | None:
+    """Mean seconds of the last 10 chunks over the mean of chunks 5 to 15 (flat = 1.0)."""
+    if len(seconds) < 16:
+        return None
+    return mean(seconds[-10:]) / mean(seconds[5:16])

@@ -1,0 +1,152 @@
+"""``fastar bench rollout``: dense against FAST-AR on one model, side by side in one run.
+
+Per chunk: seconds, cache bytes, memory (CUDA peak, or resident memory on a CPU), density. Per frame: PSNR
+and SSIM against ``dense-global`` (the paper's unbounded baseline). ``rollout.json`` holds every figure and a
+``summary`` per mode; ``rollout.png`` plots them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from ..fastar.metrics import per_frame_psnr, per_frame_ssim
+from ..fastar.session import build_sampler
+from ..runner import CausalRunner
+from ..sampler import RolloutConfig
+from .report import latency_growth, line_plots, machine, mean, resident_bytes, write_json
+from .scenarios import CAPACITY_FRAMES, Scenario, bench_modes, demo_scenario, wan_shapes_scenario
+
+MEASURED_FRAMES = 48  # recall is measured on a separate, shorter run (measuring costs time)
+
+
+def _rollout(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: bool = False, on_chunk=None):
+    runner = CausalRunner(scenario.model)
+    sampler = build_sampler(runner, fastar, spec, measure=measure, frames_per_block=scenario.frames_per_block,
+                            rope_max_distance=scenario.rope_max_distance)
+    cfg = RolloutConfig(num_frames=frames, latent_height=scenario.latent_hw[0], latent_width=scenario.latent_hw[1],
+                        frames_per_block=scenario.frames_per_block, schedule=scenario.schedule, seed=seed, cache=spec,
+                        channels=scenario.channels)
+    cuda = runner.device.type == "cuda"
+    rows = []
+
+    def record(report):
+        row = report.to_dict()
+        if cuda:
+            row["peak_bytes"] = torch.cuda.max_memory_allocated(runner.device)
+            torch.cuda.reset_peak_memory_stats(runner.device)
+        else:
+            row["rss_bytes"] = resident_bytes()
+        rows.append(row)
+        if on_chunk:
+            on_chunk(row)
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(runner.device)
+    result = sampler.generate(scenario.context, cfg, initial_latents=scenario.initial_latents, callback=record)
+    return result, rows
+
+
+def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=None, seed: int = 0, device=None,
+                      progress: bool = True) -> dict:
+    out_dir = Path(out_dir)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    scenario = demo_scenario(seed, device) if model == "demo" else wan_shapes_scenario(seed, device)
+    all_modes = bench_modes()
+    names = list(modes or all_modes)
+    if "dense-global" not in names:
+        names.insert(0, "dense-global")  # the reference every other mode is compared to
+    unknown = [n for n in names if n not in all_modes]
+    if unknown:
+        raise ValueError(f"unknown modes {unknown}; valid: {', '.join(all_modes)}")
+
+    # Warm-up: first calls allocate and pick kernels; keep them out of the timings.
+    _rollout(scenario, *all_modes["dense-global"], frames=2 * scenario.frames_per_block, seed=seed)
+
+    results, per_mode = {}, {}
+    for name in names:
+        spec, fastar = all_modes[name]
+        start = time.perf_counter()
+
+        def show(row, name=name):
+            if progress:
+                print(f"\r{name:16s} chunk {row['index']:4d} {row['seconds'] * 1000:8.1f} ms "
+                      f"cache {row['cache_bytes'] / 2**20:8.2f} MiB", end="", flush=True)
+
+        result, rows = _rollout(scenario, spec, fastar, frames, seed, on_chunk=show)
+        if progress:
+            print(f"\r{name:16s} done in {time.perf_counter() - start:7.1f} s" + " " * 30)
+        results[name] = result
+        per_mode[name] = {"chunks": rows, "fastar": fastar.to_dict(), "cache": spec.policy}
+
+    start_frames = scenario.initial_latents.shape[2] if scenario.initial_latents is not None else 0
+    reference = results["dense-global"].latent[:, :, start_frames:].float().cpu()
+    if scenario.quality:
+        for name in names:
+            latent = results[name].latent[:, :, start_frames:].float().cpu()
+            per_mode[name]["psnr"] = [round(x, 3) for x in per_frame_psnr(latent, reference, data_range=2.0)]
+            per_mode[name]["ssim"] = [round(x, 4) for x in per_frame_ssim(latent, reference, data_range=2.0)]
+
+    for name in names:
+        spec, fastar = all_modes[name]
+        if fastar.annsa:
+            _, rows = _rollout(scenario, spec, fastar, min(frames, MEASURED_FRAMES), seed, measure=True)
+            per_mode[name]["measured_chunks"] = rows
+
+    dense_total = sum(r["seconds"] for r in per_mode["dense-global"]["chunks"])
+    for name in names:
+        m = per_mode[name]
+        seconds = [r["seconds"] for r in m["chunks"]]
+        finite = [x for x in m.get("psnr", []) if x != float("inf")]
+        m["summary"] = {
+            "seconds_total": round(sum(seconds), 4),
+            "speedup_vs_dense": round(dense_total / sum(seconds), 3),
+            "latency_growth": _round(latency_growth(seconds), 3),
+            "cache_bytes_max": max(r["cache_bytes"] for r in m["chunks"]),
+            "cache_bytes_last": m["chunks"][-1]["cache_bytes"],
+            "psnr_mean": _round(mean(finite), 3) if scenario.quality else None,
+            "ssim_mean": _round(mean(m.get("ssim", [])), 4) if scenario.quality else None,
+            "density_mean": _round(mean(r.get("density") for r in m["chunks"]), 4),
+            "recall_mean": _round(mean(r.get("recall") for r in m.get("measured_chunks", [])), 4),
+        }
+        if scenario.quality and name == "dense-global":
+            m["summary"]["psnr_mean"] = float("inf")
+    report = {
+        "benchmark": "rollout", "model": scenario.name, "frames": frames, "seed": seed, "device": str(device),
+        "capacity_frames": CAPACITY_FRAMES, "frames_per_block": scenario.frames_per_block,
+        "scenario": scenario.notes, "machine": machine(), "modes": per_mode,
+        "definitions": {
+            "speedup_vs_dense": "total chunk seconds of dense-global / this mode, same run, same seed",
+            "latency_growth": "mean seconds of the last 10 chunks / mean of chunks 5 to 15",
+            "psnr_mean": "mean over generated frames of PSNR against dense-global (data range 2)",
+            "density": "executed query-key pairs / dense pairs, mean over self-attention calls of a chunk",
+            "recall": f"dense attention mass on visited keys, 64 sampled queries per call, first "
+                      f"{MEASURED_FRAMES} frames",
+        },
+    }
+    write_json(out_dir / "rollout.json", report)
+    _plot(out_dir / "rollout.png", per_mode, scenario.frames_per_block, start_frames, scenario.name, frames)
+    return report
+
+
+def _round(x, n):
+    return None if x is None else round(x, n)
+
+
+def _plot(path, per_mode, fpb, start_frames, model, frames):
+    def xs(m):
+        return [r["frame_start"] for r in m["chunks"]]
+
+    panels = [
+        {"title": "seconds per chunk", "xlabel": "latent frame", "ylabel": "s",
+         "series": {n: (xs(m), [r["seconds"] for r in m["chunks"]]) for n, m in per_mode.items()}},
+        {"title": "KV cache", "xlabel": "latent frame", "ylabel": "MiB",
+         "series": {n: (xs(m), [r["cache_bytes"] / 2**20 for r in m["chunks"]]) for n, m in per_mode.items()}},
+    ]
+    quality = {n: (list(range(start_frames, start_frames + len(m["psnr"]))), m["psnr"])
+               for n, m in per_mode.items() if "psnr" in m and n != "dense-global"}
+    if quality:
+        panels.append({"title": "PSNR vs dense-global", "xlabel": "latent frame", "ylabel": "dB", "series": quality})
+    line_plots(path, panels, title=f"rollout benchmark: {model}, {frames} latent frames")

@@ -1,0 +1,83 @@
+"""What a rollout benchmark runs on: the bundled demo model, or random weights at Wan-1.3B attention shapes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..fastar.config import FastARConfig, get_preset
+from ..kv_cache import CacheSpec
+from ..wan_config import WanConfig
+from ..wan_model import random_wan
+
+
+@dataclass
+class Scenario:
+    name: str
+    model: torch.nn.Module
+    context: torch.Tensor  # [1, L, text_dim]
+    latent_hw: tuple
+    channels: int
+    schedule: object
+    frames_per_block: int = 3
+    initial_latents: torch.Tensor | None = None
+    rope_max_distance: int | None = None
+    quality: bool = True  # False for random weights: quality figures would mean nothing
+    notes: dict = field(default_factory=dict)
+
+
+def demo_scenario(seed: int = 0, device="cpu") -> Scenario:
+    from ..demo.model import load_demo_model
+
+    demo = load_demo_model(device=device)
+    start, prompt = demo.render_start(seed)
+    return Scenario(
+        name="demo", model=demo.model, context=demo.encode_prompt(prompt), latent_hw=tuple(start.shape[-2:]),
+        channels=start.shape[1], schedule=demo.schedule, frames_per_block=demo.frames_per_block,
+        initial_latents=start, rope_max_distance=demo.rope_max_distance,
+        notes={"prompt": prompt, "start_frames": start.shape[2]},
+    )
+
+
+def wan_shapes_scenario(seed: int = 0, device="cpu", heads: int | None = None, layers: int | None = None,
+                        latent_hw=None) -> Scenario:
+    """Random weights with Wan-1.3B's attention geometry (head_dim 128, hundreds of tokens per frame).
+
+    On a CPU the head and layer counts shrink (2 heads, 2 layers, 240 tokens per frame) so that attention still
+    dominates, as it does in the real model at long lengths.
+    """
+    cuda = torch.device(device).type == "cuda"
+    heads = heads or (12 if cuda else 2)
+    layers = layers or (30 if cuda else 2)
+    latent_hw = latent_hw or ((60, 104) if cuda else (24, 40))
+    cfg = WanConfig(dim=128 * heads, num_heads=heads, num_layers=layers, ffn_dim=(8960 if cuda else 4 * 128 * heads))
+    dtype = torch.bfloat16 if cuda else torch.float32
+    model = random_wan(cfg, seed=seed, dtype=dtype).to(device)
+    g = torch.Generator().manual_seed(seed)
+    context = torch.zeros(1, 512, cfg.text_dim)
+    context[:, :24] = torch.randn(1, 24, cfg.text_dim, generator=g) * 0.2
+    tpf = (latent_hw[0] // 2) * (latent_hw[1] // 2)
+    return Scenario(name="wan-shapes", model=model, context=context, latent_hw=latent_hw, channels=16,
+                    schedule="self-forcing", quality=False,
+                    notes={"config": cfg.to_dict(), "tokens_per_frame": tpf, "dtype": str(dtype)})
+
+
+# The benchmark's modes: (cache spec, FAST-AR config). Capacity is shared, so dense-window and TempCache
+# hold the same number of frames' worth of tokens.
+CAPACITY_FRAMES = 21
+SINK_FRAMES = 3
+
+
+def bench_modes(base: FastARConfig | None = None) -> dict:
+    base = (base or get_preset("balanced")).with_overrides(capacity_frames=CAPACITY_FRAMES, sink_frames=SINK_FRAMES)
+    off = get_preset("off")
+    temp = CacheSpec(policy="tempcache", sink_frames=SINK_FRAMES)
+    return {
+        "dense-global": (CacheSpec(policy="global"), off),
+        "dense-window": (CacheSpec(policy="window", sink_frames=SINK_FRAMES,
+                                   window_frames=CAPACITY_FRAMES - SINK_FRAMES), off),
+        "tempcache": (temp, base.with_overrides(annca=False, annsa=False)),
+        "tempcache+annsa": (temp, base.with_overrides(annca=False, annsa=True)),
+        "all": (temp, base.with_overrides(annca=True, annsa=True)),
+    }

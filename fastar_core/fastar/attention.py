@@ -1,0 +1,204 @@
+"""FAST-AR's attention seam: AnnSA (bucketed sparse self-attention) and AnnCA (prompt pruning).
+
+TempCache needs nothing here: it is a cache whose view carries ``log(count)`` biases, which the dense path
+already adds. This class changes only what the paper changes and measures itself against dense on request.
+
+AnnSA, per (chunk, step, layer) where active: queries and keys (after RoPE, what attention scores) are hashed
+with one sign-LSH table; a query visits the keys of its bucket (and Hamming-1 neighbours with multi-probe).
+Sink tokens and the current chunk stay dense. The plan (bucket-sorted order, key blocks per query block) is
+built once per call and consumed by the kernel. Dense for the first ``dense_warmup`` share of denoising steps
+and outside the selected layers.
+
+AnnCA: identical prompt rows (the zero-padded tail of a UMT5 prompt) are merged exactly into one key with a
+``+log(count)`` bias. With pruning on, per (frame, step, layer) the frame's queries and the prompt's keys are
+hashed into one space, and only prompt tokens whose bucket some query hits are attended (plus merged keys).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...kernels import attention as kernel_attention
+from ...kernels import build_sparse_layout, sparse_attention
+from ..attention import DenseAttention, PassInfo
+from .ann import LSHMatcher, hamming1_probes
+from .config import FastARConfig
+from .metrics import attention_recall, dense_probabilities, relative_error, sample_queries
+
+MEASURED_QUERIES = 64  # queries sampled per attention call when measuring recall
+
+
+class FastARAttention(DenseAttention):
+    def __init__(self, config: FastARConfig, num_heads: int, head_dim: int, measure: bool = False,
+                 rope_max_distance: int | None = None):
+        super().__init__(backend=config.backend, rope_max_distance=rope_max_distance)
+        self.config = config
+        self.num_heads, self.head_dim = num_heads, head_dim
+        self.measure = measure
+        self.sparse_layers: set = set()
+        self._sa_hash: dict = {}
+        self._ca_hash: dict = {}
+        self._prompt_merge: dict = {}
+        self.layer_recall: dict = {}  # layer -> recalls measured over the rollout (calibration reads it)
+        self._reset_tally()
+
+    def begin_rollout(self, num_layers: int) -> None:
+        c = self.config.validate(num_layers=num_layers)
+        self.sparse_layers = c.sparse_layers(num_layers) if c.annsa else set()
+        self._sa_hash.clear()
+        self._ca_hash.clear()
+        self._prompt_merge.clear()
+        self.layer_recall = {}
+        self._reset_tally()
+
+    # -- tallies (read once per chunk by the sampler) ----------------------------------------------------------
+    def _reset_tally(self):
+        self._tally = {"sa_calls": 0, "sa_density": 0.0, "sa_recall": 0.0, "sa_recall_n": 0, "sa_error": 0.0,
+                       "ca_calls": 0, "ca_kept": 0.0, "ca_recall": 0.0, "ca_recall_n": 0}
+
+    def chunk_stats(self) -> dict:
+        t = self._tally
+        out = {}
+        if t["sa_calls"]:
+            out["density"] = round(t["sa_density"] / t["sa_calls"], 5)
+        if t["sa_recall_n"]:
+            out["recall"] = round(t["sa_recall"] / t["sa_recall_n"], 5)
+            out["sa_output_error"] = round(t["sa_error"] / t["sa_recall_n"], 6)
+        if t["ca_calls"]:
+            out["ca_kept"] = round(t["ca_kept"] / t["ca_calls"], 5)
+        if t["ca_recall_n"]:
+            out["ca_recall"] = round(t["ca_recall"] / t["ca_recall_n"], 5)
+        self._reset_tally()
+        return out
+
+    # -- hashing -----------------------------------------------------------------------------------------------
+    def _hasher(self, table: dict, layer: int, salt: int, tables: int, device) -> LSHMatcher:
+        if layer not in table:
+            c = self.config
+            table[layer] = LSHMatcher(self.num_heads, self.head_dim, c.bits, tables,
+                                      seed=c.seed * 1_000_003 + salt * 1009 + layer, multiprobe=c.multiprobe,
+                                      device=device, backend=c.backend)
+        return table[layer]
+
+    # -- self-attention (AnnSA) -----------------------------------------------------------------------------------
+    def _sparse_query_frames(self, layer: int, info: PassInfo) -> torch.Tensor | None:
+        """Bool per query frame: sparse or dense. None when the whole pass is dense."""
+        if layer not in self.sparse_layers:
+            return None
+        dense_steps = math.floor(self.config.dense_warmup * info.num_steps + 1e-9)
+        steps = info.frame_steps if info.frame_steps is not None else [info.step] * info.num_frames
+        # The clean pass behaves like a step after the last one.
+        sparse = torch.tensor([(s if s >= 0 else info.num_steps) >= dense_steps for s in steps])
+        return sparse if bool(sparse.any()) else None
+
+    def self_attention(self, layer, q, k, v, positions, view, info):
+        sparse_frames = None if view is None else self._sparse_query_frames(layer, info)
+        if sparse_frames is None:
+            self._tally["sa_calls"] += 1
+            self._tally["sa_density"] += 1.0
+            return super().self_attention(layer, q, k, v, positions, view, info)
+
+        q_rot, k_rot, cache_k = self.rotate_inputs(q, k, positions, view, info)
+        s = view.n_sink
+        # Key order for the layout: dense keys first (sink, then the current chunk), then the sparse rest.
+        keys = torch.cat([cache_k[:, :, :s], k_rot, cache_k[:, :, s:]], dim=2)
+        values = torch.cat([view.v[:, :, :s].to(v.dtype), v, view.v[:, :, s:].to(v.dtype)], dim=2)
+        bias = None
+        if not view.uniform:
+            b = view.bias.float()
+            cur = torch.zeros(*b.shape[:-1], k.shape[2], device=b.device)
+            bias = torch.cat([b[..., :s], cur, b[..., s:]], dim=-1)
+        n_dense = s + k.shape[2]
+        hasher = self._hasher(self._sa_hash, layer, 1, 1, q.device)
+        layout = build_sparse_layout(hasher.codes(q_rot)[..., 0], hasher.codes(keys)[..., 0], n_dense=n_dense,
+                                     block_q=self.config.block_size, block_k=self.config.block_size,
+                                     radius=1 if self.config.multiprobe else 0)
+        out = sparse_attention(q_rot, keys, values, layout, bias, backend=self.backend)
+
+        tpf = info.tokens_per_frame
+        token_sparse = sparse_frames.to(q.device).repeat_interleave(tpf)
+        if not bool(token_sparse.all()):
+            # Rolling windows: queries of chunks still in the dense warm-up attend densely.
+            dense_out = kernel_attention(q_rot, keys, values, bias, backend=self.backend)
+            out = torch.where(token_sparse[None, None, :, None], out, dense_out)
+        self._tally["sa_calls"] += 1
+        share = float(token_sparse.float().mean())
+        self._tally["sa_density"] += share * layout.density() + (1 - share)
+        if self.measure:
+            self._measure_sa(q_rot, keys, values, bias, layout, out, token_sparse, layer, info)
+        return out
+
+    def _measure_sa(self, q_rot, keys, values, bias, layout, out, token_sparse, layer, info):
+        idx = sample_queries(q_rot.shape[2], MEASURED_QUERIES, seed=layer * 7919 + info.chunk * 31 + info.step,
+                             device=q_rot.device)
+        probs = dense_probabilities(q_rot[:, :, idx], keys, bias)
+        # Visibility of each key for the sampled queries under the layout's token rule.
+        q_code = torch.empty_like(layout.q_codes_sorted).scatter_(2, layout.q_perm, layout.q_codes_sorted)[:, :, idx]
+        k_code = torch.empty_like(layout.k_codes_sorted).scatter_(2, layout.k_perm, layout.k_codes_sorted)
+        x = q_code[..., :, None] ^ k_code[..., None, :]
+        visible = (x == 0) if layout.radius == 0 else ((x & (x - 1)) == 0)
+        visible[..., : layout.n_dense] = True
+        visible = visible | ~token_sparse[idx][None, None, :, None]
+        dense_out = (probs @ values.float()).to(out.dtype)
+        recall = attention_recall(probs, visible.float())
+        self.layer_recall.setdefault(layer, []).append(recall)
+        self._tally["sa_recall"] += recall
+        self._tally["sa_error"] += relative_error(out[:, :, idx], dense_out)
+        self._tally["sa_recall_n"] += 1
+
+    # -- cross-attention (AnnCA) -----------------------------------------------------------------------------------
+    def _merged_prompt(self, layer, text_k, text_v):
+        """Unique (key, value) prompt rows with their multiplicities, computed once per prompt and layer."""
+        cached = self._prompt_merge.get(layer)
+        if cached is not None and cached[0] is text_k:
+            return cached[1:]
+        B, H, L, D = text_k.shape
+        rows = torch.cat([text_k, text_v], dim=-1).permute(2, 0, 1, 3).reshape(L, -1)
+        _, inverse, counts = torch.unique(rows, dim=0, return_inverse=True, return_counts=True)
+        first = torch.full((counts.numel(),), L, dtype=torch.long, device=rows.device)
+        first.scatter_reduce_(0, inverse, torch.arange(L, device=rows.device), reduce="amin")
+        first, order = first.sort()  # keep prompt order
+        counts = counts[order].float()
+        merged = (text_k[:, :, first], text_v[:, :, first], counts.log(), counts > 1)
+        self._prompt_merge[layer] = (text_k, *merged)
+        return merged
+
+    def cross_attention(self, layer, q, text_k, text_v, info):
+        if not self.config.annca:
+            return super().cross_attention(layer, q, text_k, text_v, info)
+        k_u, v_u, log_count, merged = self._merged_prompt(layer, text_k, text_v)
+        bias = log_count[None, None]
+        if not self.config.annca_prune:
+            self._tally["ca_calls"] += 1
+            self._tally["ca_kept"] += k_u.shape[2] / text_k.shape[2]
+            return kernel_attention(q, k_u, v_u, bias, backend=self.backend)
+
+        hasher = self._hasher(self._ca_hash, layer, 2, self.config.tables, q.device)
+        k_codes = hasher.codes(k_u)  # [B, H, Lu, T]
+        if hasher.multiprobe:
+            k_probes = hamming1_probes(k_codes.long(), hasher.bits)  # [B, H, Lu, T, 1 + bits]
+        else:
+            k_probes = k_codes.long()[..., None]
+        tpf = info.tokens_per_frame
+        out = torch.empty_like(q)
+        for f in range(q.shape[2] // tpf):
+            qf = q[:, :, f * tpf:(f + 1) * tpf]
+            q_codes = hasher.codes(qf).long()  # [B, H, n, T]
+            B, H, _, T = q_codes.shape
+            hit_map = torch.zeros(B, H, T, 2**hasher.bits, dtype=torch.bool, device=q.device)
+            hit_map.scatter_(-1, q_codes.transpose(2, 3), True)
+            probes = k_probes.permute(0, 1, 3, 2, 4).reshape(B, H, T, -1)  # [B, H, T, Lu*(P)]
+            hits = hit_map.gather(-1, probes).view(B, H, T, k_u.shape[2], -1).any(-1).any(2)  # [B, H, Lu]
+            keep = hits | merged[None, None]
+            frame_bias = torch.where(keep, bias, torch.full_like(bias.expand_as(keep), float("-inf")))
+            out[:, :, f * tpf:(f + 1) * tpf] = kernel_attention(qf, k_u, v_u, frame_bias, backend=self.backend)
+            self._tally["ca_calls"] += 1
+            self._tally["ca_kept"] += float(keep.float().sum(-1).mean()) / text_k.shape[2]
+            if self.measure:
+                probs = dense_probabilities(qf[:, :, :MEASURED_QUERIES], k_u, bias)
+                self._tally["ca_recall"] += attention_recall(probs, keep[:, :, None, :].float())
+                self._tally["ca_recall_n"] += 1
+        return out
+

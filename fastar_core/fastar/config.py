@@ -1,0 +1,165 @@
+"""``FastARConfig``: every FAST-AR knob, validated, with presets ``off``, ``quality``, ``balanced``, ``fast``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from ..errors import FastARError
+
+ANN_METHODS = ("lsh", "quant")
+MATCHERS = ("exact", "lsh", "quant")
+REPRESENTATIVES = ("last", "mean")
+MERGE_SCOPES = ("head", "shared")
+BACKENDS = ("auto", "triton", "flashinfer", "flex", "torch")
+
+
+@dataclass(frozen=True)
+class FastARConfig:
+    preset: str = "off"
+    # TempCache: bounded KV cache by merging temporally corresponding keys.
+    tempcache: bool = False
+    threshold: float = 0.9  # cosine similarity of pre-RoPE keys needed to join a group
+    capacity_frames: int = 21  # hard cap in frames' worth of tokens, sink included
+    sink_frames: int = 3  # first frames: never merged nor evicted
+    representative: str = "last"  # key kept for a group: the newest ("last", the paper's) or the mean
+    merge_scope: str = "head"  # merge decisions per head, or shared across heads
+    matcher: str = "exact"  # top-1 search: exact chunked matmul, LSH buckets, or int8 quantized
+    # AnnCA: cross-attention prompt pruning (the exact merge of identical padded tokens is always on with it).
+    annca: bool = False
+    annca_prune: bool = True  # False keeps only the exact pad merge
+    # AnnSA: bucketed sparse self-attention.
+    annsa: bool = False
+    dense_warmup: float = 0.3  # share of denoising steps that stay dense
+    layers: object = "all"  # "all", "auto" (from `fastar calibrate`), or a tuple of layer indices
+    calibration: str | None = None  # JSON written by `fastar calibrate`, used when layers == "auto"
+    # Approximate nearest-neighbour search shared by AnnCA, AnnSA and the LSH/quant matchers.
+    ann: str = "lsh"
+    bits: int = 6  # LSH bits per table (buckets = 2**bits), or coarse-quantizer bits
+    tables: int = 1
+    multiprobe: bool = True  # also visit Hamming-1 neighbour buckets
+    quant_bits: int = 8
+    block_size: int = 64  # query/key block of the sparse layout
+    seed: int = 0  # hash projections come from their own generator seeded here
+    backend: str = "auto"
+
+    @property
+    def enabled(self) -> bool:
+        return self.tempcache or self.annca or self.annsa
+
+    def validate(self, num_layers: int | None = None, frames_per_block: int | None = None) -> FastARConfig:
+        def bad(field, value, valid):
+            raise FastARError(f"FAST-AR {field} = {value!r} is invalid; valid: {valid}")
+
+        if not (0.0 < self.threshold <= 1.0):
+            bad("threshold", self.threshold, "a cosine similarity in (0, 1]")
+        if self.capacity_frames < 1:
+            bad("capacity_frames", self.capacity_frames, "at least 1 frame")
+        if self.sink_frames < 0:
+            bad("sink_frames", self.sink_frames, ">= 0")
+        too_small = frames_per_block is not None and self.capacity_frames < self.sink_frames + frames_per_block
+        if self.tempcache and too_small:
+            bad("capacity_frames", self.capacity_frames,
+                f">= sink_frames + one chunk = {self.sink_frames + frames_per_block} frames")
+        for field, allowed in (("representative", REPRESENTATIVES), ("merge_scope", MERGE_SCOPES),
+                               ("matcher", MATCHERS), ("ann", ANN_METHODS), ("backend", BACKENDS)):
+            if getattr(self, field) not in allowed:
+                bad(field, getattr(self, field), ", ".join(allowed))
+        if not (1 <= self.bits <= 16):
+            bad("bits", self.bits, "1..16")
+        if not (1 <= self.tables <= 8):
+            bad("tables", self.tables, "1..8")
+        if not (2 <= self.quant_bits <= 8):
+            bad("quant_bits", self.quant_bits, "2..8")
+        if not (0.0 <= self.dense_warmup <= 1.0):
+            bad("dense_warmup", self.dense_warmup, "a fraction in [0, 1]")
+        if self.block_size < 16 or self.block_size & (self.block_size - 1):
+            bad("block_size", self.block_size, "a power of two >= 16")
+        layers = self.layers
+        if isinstance(layers, str):
+            if layers not in ("all", "auto"):
+                bad("layers", layers, "'all', 'auto' or a list of layer indices")
+            if layers == "auto" and self.annsa and not self.calibration:
+                bad("layers", layers, "'auto' needs calibration=<file written by `fastar calibrate`>")
+        else:
+            idx = list(layers)
+            if num_layers is not None and any(not (0 <= i < num_layers) for i in idx):
+                bad("layers", idx, f"indices in 0..{num_layers - 1}")
+        return self
+
+    def sparse_layers(self, num_layers: int) -> set:
+        if self.layers == "all":
+            return set(range(num_layers))
+        if self.layers == "auto":
+            data = json.loads(Path(self.calibration).read_text())
+            return {int(i) for i in data["layers"]}
+        return {int(i) for i in self.layers}
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if not isinstance(d["layers"], str):
+            d["layers"] = list(d["layers"])
+        return d
+
+    def with_overrides(self, **changes) -> FastARConfig:
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if isinstance(changes.get("layers"), list):
+            changes["layers"] = tuple(changes["layers"])
+        return replace(self, **changes).validate()
+
+
+PRESETS = {
+    "off": FastARConfig(preset="off"),
+    # Exact or near-exact pieces only: conservative merging and the pad merge with prompt pruning.
+    "quality": FastARConfig(preset="quality", tempcache=True, threshold=0.95, annca=True),
+    # The paper's defaults: tau 0.9, last-key, first 30 % of steps dense, sparse SA in every block.
+    "balanced": FastARConfig(preset="balanced", tempcache=True, threshold=0.9, annca=True, annsa=True),
+    # More merging, narrower buckets.
+    "fast": FastARConfig(preset="fast", tempcache=True, threshold=0.85, annca=True, annsa=True, bits=7,
+                         multiprobe=False, capacity_frames=15),
+}
+
+
+def get_preset(name: str) -> FastARConfig:
+    if isinstance(name, FastARConfig):
+        return name
+    if name not in PRESETS:
+        raise FastARError(f"FAST-AR preset {name!r} is not one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def parse_layers(text: str | None):
+    if text is None or text in ("all", "auto"):
+        return text
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise FastARError(f"layers {text!r} is not 'all', 'auto' or a comma-separated list of indices") from None
+
+
+def add_fastar_arguments(p) -> None:
+    g = p.add_argument_group("FAST-AR")
+    g.add_argument("--fastar", default="off", choices=list(PRESETS), help="FAST-AR preset (off = dense reference)")
+    g.add_argument("--threshold", type=float, help="TempCache merge threshold (cosine, (0, 1])")
+    g.add_argument("--capacity", type=int, help="TempCache capacity in frames (sink included)")
+    g.add_argument("--annca", dest="annca", action="store_true", default=None, help="turn AnnCA on")
+    g.add_argument("--no-annca", dest="annca", action="store_false", help="turn AnnCA off")
+    g.add_argument("--annsa", dest="annsa", action="store_true", default=None, help="turn AnnSA on")
+    g.add_argument("--no-annsa", dest="annsa", action="store_false", help="turn AnnSA off")
+    g.add_argument("--bits", type=int, help="LSH bits per table")
+    g.add_argument("--tables", type=int, help="LSH tables")
+    g.add_argument("--warmup", type=float, help="dense share of denoising steps for AnnSA")
+    g.add_argument("--layers", help="AnnSA layers: all, auto, or e.g. 2,3,5")
+    g.add_argument("--calibration", help="calibration JSON for --layers auto")
+    g.add_argument("--backend", choices=list(BACKENDS), help="attention backend")
+    g.add_argument("--measure", action="store_true", help="report attention density and recall per chunk")
+
+
+def fastar_from_arguments(args) -> FastARConfig:
+    base = get_preset(args.fastar)
+    return base.with_overrides(
+        threshold=args.threshold, capacity_frames=args.capacity, annca=args.annca, annsa=args.annsa,
+        bits=args.bits, tables=args.tables, dense_warmup=args.warmup, layers=parse_layers(args.layers),
+        calibration=args.calibration, backend=args.backend,
+    )

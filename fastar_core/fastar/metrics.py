@@ -1,0 +1,96 @@
+"""How far an approximation is from the dense reference.
+
+- attention density: executed query-key pairs over dense pairs;
+- attention recall: share of the dense attention mass (softmax over all keys, with the cache bias) that falls on
+  the keys a query actually visits, on sampled queries;
+- attention-output relative error: ||approx - dense|| / ||dense|| on the same queries;
+- PSNR and SSIM of any output (latents or frames) against the dense output for the same seed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def sample_queries(n: int, k: int, seed: int, device) -> torch.Tensor:
+    """``k`` query indices out of ``n`` from a private generator (the global RNG is never touched)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randperm(n, generator=g)[: min(k, n)].to(device)
+
+
+def dense_probabilities(q, k, bias=None, scale=None) -> torch.Tensor:
+    """Softmax attention weights ``[B, H, n, Nk]`` (fp32) for a few queries; rows that see nothing are 0."""
+    scale = scale or 1.0 / math.sqrt(q.shape[-1])
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if bias is not None:
+        s = s + bias.float().unsqueeze(-2)
+    return torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)
+
+
+def attention_recall(probs: torch.Tensor, visible: torch.Tensor) -> float:
+    """Mean over queries of the dense mass on visible keys; ``visible`` broadcasts to ``probs``."""
+    return float((probs * visible).sum(-1).mean())
+
+
+def relative_error(approx: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((approx.float() - reference.float()).norm() / reference.float().norm().clamp_min(1e-12))
+
+
+def psnr(x: torch.Tensor, ref: torch.Tensor, data_range: float | None = None) -> float:
+    """Peak signal-to-noise ratio in dB; ``data_range`` defaults to the reference's value range."""
+    x, ref = x.float(), ref.float()
+    if data_range is None:
+        data_range = float(ref.max() - ref.min()) or 1.0
+    mse = float(((x - ref) ** 2).mean())
+    if mse == 0.0:
+        return float("inf")
+    return 10.0 * math.log10(data_range**2 / mse)
+
+
+def _gaussian_window(size: int = 11, sigma: float = 1.5, device=None) -> torch.Tensor:
+    g = torch.exp(-((torch.arange(size, device=device) - size // 2) ** 2).float() / (2 * sigma**2))
+    g = g / g.sum()
+    return (g[:, None] * g[None, :])[None, None]
+
+
+def ssim(x: torch.Tensor, ref: torch.Tensor, data_range: float | None = None) -> float:
+    """Mean SSIM (Gaussian window 11, sigma 1.5) over images ``[N, C, H, W]`` (channels averaged)."""
+    x, ref = x.float(), ref.float()
+    if data_range is None:
+        data_range = float(ref.max() - ref.min()) or 1.0
+    n, c, h, w = x.shape
+    size = min(11, h, w) | 1
+    win = _gaussian_window(size, 1.5, x.device)
+    xs, rs = x.reshape(n * c, 1, h, w), ref.reshape(n * c, 1, h, w)
+
+    def blur(t):
+        return F.conv2d(t, win)
+
+    mu_x, mu_r = blur(xs), blur(rs)
+    var_x = blur(xs * xs) - mu_x**2
+    var_r = blur(rs * rs) - mu_r**2
+    cov = blur(xs * rs) - mu_x * mu_r
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    s = ((2 * mu_x * mu_r + c1) * (2 * cov + c2)) / ((mu_x**2 + mu_r**2 + c1) * (var_x + var_r + c2))
+    return float(s.mean())
+
+
+def video_frames(latent_or_video: torch.Tensor) -> torch.Tensor:
+    """``[B, C, T, H, W]`` -> ``[B*T, C, H, W]`` for per-frame image metrics."""
+    b, c, t, h, w = latent_or_video.shape
+    return latent_or_video.permute(0, 2, 1, 3, 4).reshape(b * t, c, h, w)
+
+
+def per_frame_psnr(x: torch.Tensor, ref: torch.Tensor, data_range: float | None = None) -> list[float]:
+    if data_range is None:
+        data_range = float(ref.max() - ref.min()) or 1.0
+    return [psnr(x[:, :, t], ref[:, :, t], data_range) for t in range(x.shape[2])]
+
+
+def per_frame_ssim(x: torch.Tensor, ref: torch.Tensor, data_range: float | None = None) -> list[float]:
+    if data_range is None:
+        data_range = float(ref.max() - ref.min()) or 1.0
+    return [ssim(x[:, :, t], ref[:, :, t], data_range) for t in range(x.shape[2])]

@@ -1,0 +1,229 @@
+"""TempCache: a KV cache bounded by merging temporally corresponding keys.
+
+After each chunk's clean pass, per layer (and per head by default), each new pre-RoPE key is matched to the
+cache's representative keys (top-1 cosine, exact or ANN). At ``cos >= threshold`` it joins that group:
+count += 1, the value becomes the running mean, the representative key and its position become the newest
+(``last``, the paper's choice; ``mean`` as an option). Otherwise it is inserted as a new group. Attention then
+adds ``log(count)`` to each group's logit, which is exact for identical keys (Lemma 5.1).
+
+A hard capacity (tokens, sink included) is allocated once per rollout; when full, the least recently updated
+groups are evicted. Sink frames are never merged nor evicted, and a chunk's tokens are never merged into each
+other (only into groups that existed before the chunk).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import FastARError
+from ..kv_cache import CacheView, KVCache
+from ..rope import grid_positions
+from .ann import LSHMatcher, QuantMatcher, exact_top1
+from .config import FastARConfig
+
+# Equal keys can differ in the last bits after normalisation; a threshold of 1.0 must still merge them.
+COSINE_SLACK = 1e-6
+
+
+class TempCache(KVCache):
+    policy = "tempcache"
+
+    def __init__(self, config: FastARConfig, num_layers, batch, num_heads, head_dim, grid_hw, dtype=torch.float32,
+                 device="cpu"):
+        super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
+        self.config = config
+        self.sink_tokens = config.sink_frames * self.tokens_per_frame
+        self.capacity = config.capacity_frames * self.tokens_per_frame
+        if self.capacity <= self.sink_tokens:
+            raise FastARError(f"TempCache capacity ({config.capacity_frames} frames) must exceed the sink "
+                              f"({config.sink_frames} frames)")
+        # One extra slot at the end is a write-only sink for masked scatters; it is never read.
+        C = self.capacity + 1
+        B, H, D = batch, num_heads, head_dim
+        self.k = [torch.zeros(B, H, C, D, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        self.v = [torch.zeros(B, H, C, D, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        self.count = [torch.zeros(B, H, C, device=self.device) for _ in range(num_layers)]
+        self.pos = [torch.zeros(B, H, C, 3, dtype=torch.long, device=self.device) for _ in range(num_layers)]
+        self.updated = [torch.zeros(B, H, C, dtype=torch.long, device=self.device) for _ in range(num_layers)]
+        self.high_water = [0] * num_layers
+        self.merges = [0] * num_layers
+        self.evictions = [0] * num_layers
+        self.inserted = [0] * num_layers
+        # Tokens that left with evicted groups, per (batch, head): live counts + these = tokens committed.
+        self.evicted_tokens = [torch.zeros(B, H, device=self.device) for _ in range(num_layers)]
+        self._pending = None
+        self._matcher = self._make_matcher()
+
+    def _make_matcher(self):
+        c = self.config
+        if c.matcher == "lsh":
+            return LSHMatcher(self.num_heads, self.head_dim, c.bits, max(c.tables, 4), seed=c.seed + 17,
+                              multiprobe=True, device=self.device, backend=c.backend)
+        if c.matcher == "quant":
+            return QuantMatcher(self.num_heads, self.head_dim, c.quant_bits, c.bits, seed=c.seed + 17,
+                                device=self.device)
+        return None
+
+    # -- matching -------------------------------------------------------------------------------------------
+    def _top1(self, new_k, reps, valid):
+        if self.config.merge_scope == "shared":
+            # Mean cosine over heads = cosine of the concatenation of per-head unit vectors.
+            def flat(x):
+                x = x.float() / x.float().norm(dim=-1, keepdim=True).clamp_min(1e-12)
+                b, h, n, d = x.shape
+                return x.transpose(1, 2).reshape(b, 1, n, h * d)
+
+            idx, sim = exact_top1(flat(new_k), flat(reps), valid.all(dim=1, keepdim=True))
+            H = self.num_heads
+            return idx.expand(-1, H, -1), sim.expand(-1, H, -1)
+        if self._matcher is None:
+            return exact_top1(new_k, reps, valid)
+        return self._matcher.top1(new_k, reps, valid)
+
+    # -- writing --------------------------------------------------------------------------------------------
+    def prepare_commit(self, frame_start: int, num_frames: int) -> None:
+        self._pending = (frame_start, num_frames)
+
+    def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        frame_start, num_frames = self._pending
+        positions = grid_positions(frame_start, num_frames, *self.grid_hw, device=self.device)
+        k, v = k.to(self.dtype), v.to(self.dtype)
+        sink = positions[:, 0] < self.config.sink_frames
+        if sink.any():
+            slots = positions[sink, 0] * self.tokens_per_frame + torch.arange(
+                int(sink.sum()), device=self.device) % self.tokens_per_frame
+            self._write(layer, slots, k[:, :, sink], v[:, :, sink], positions[sink], frame_start + num_frames - 1)
+            self.high_water[layer] = max(self.high_water[layer], int(slots.max()) + 1)
+        if (~sink).any():
+            self._merge_or_insert(layer, k[:, :, ~sink], v[:, :, ~sink], positions[~sink],
+                                  frame_start + num_frames - 1)
+
+    def _write(self, layer, slots, k, v, positions, frame):
+        """Plain writes of sink tokens (same slots for every batch and head)."""
+        self.k[layer][:, :, slots] = k
+        self.v[layer][:, :, slots] = v
+        self.count[layer][:, :, slots] = 1.0
+        self.pos[layer][:, :, slots] = positions
+        self.updated[layer][:, :, slots] = frame
+
+    def _merge_or_insert(self, layer, k_new, v_new, positions, frame):
+        B, H, N, D = k_new.shape
+        C = self.capacity
+        K, V, count, pos, upd = self.k[layer], self.v[layer], self.count[layer], self.pos[layer], self.updated[layer]
+        slot = torch.arange(C + 1, device=self.device)
+        hw = self.high_water[layer]
+        candidates = (count[:, :, :hw] > 0) & (slot[:hw] >= self.sink_tokens)
+
+        idx, sim = self._top1(k_new, K[:, :, :hw], candidates)
+        accept = sim >= self.config.threshold - COSINE_SLACK
+        trash = torch.full_like(idx, C)
+
+        # Merges: counts, running-mean values, newest key and position per group.
+        target = torch.where(accept, idx, trash)
+        added = torch.zeros(B, H, C + 1, device=self.device).scatter_add_(2, target, accept.float())
+        v_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
+            2, target[..., None].expand(-1, -1, -1, D), v_new.float())
+        merged = added > 0
+        new_count = count + added
+        denom = new_count.clamp_min(1.0)[..., None]
+        V.copy_(torch.where(merged[..., None], (count[..., None] * V.float() + v_sum) / denom, V.float()).to(V.dtype))
+        order = torch.arange(N, device=self.device).expand(B, H, N)
+        newest = torch.full((B, H, C + 1), -1, dtype=torch.long, device=self.device)
+        newest.scatter_reduce_(2, target, torch.where(accept, order, -1), reduce="amax")
+        src = newest.clamp_min(0)
+        if self.config.representative == "mean":
+            k_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
+                2, target[..., None].expand(-1, -1, -1, D), k_new.float())
+            rep = (count[..., None] * K.float() + k_sum) / denom
+        else:
+            rep = k_new.float().gather(2, src[..., None].expand(-1, -1, -1, D))
+        K.copy_(torch.where(merged[..., None], rep, K.float()).to(K.dtype))
+        pos.copy_(torch.where(merged[..., None], positions[src], pos))
+        upd.masked_fill_(merged, frame)
+        count.copy_(new_count)
+        self.merges[layer] += int(accept.sum()) // B // H
+
+        # Inserts: empty slots first, then the least recently updated groups; never the sink.
+        insert = ~accept
+        live = count[:, :, :C] > 0
+        # Stable sort: equal priorities keep slot order, so the high-water mark stays low.
+        priority = torch.where(live, upd[:, :, :C], torch.full_like(upd[:, :, :C], -1))
+        priority[:, :, : self.sink_tokens] = torch.iinfo(torch.long).max
+        free_order = torch.sort(priority, dim=-1, stable=True).indices
+        rank = insert.long().cumsum(dim=-1) - 1
+        dest = torch.where(insert, free_order.gather(2, rank.clamp_min(0)), trash)
+        n_insert = insert.sum(dim=-1)
+        if int(n_insert.max()) > C - self.sink_tokens:
+            raise FastARError(f"TempCache capacity ({self.config.capacity_frames} frames) cannot take a chunk of "
+                              f"{N // self.tokens_per_frame} frames beside the sink")
+        old_count = count.gather(2, dest)
+        evicted = (old_count > 0) & insert
+        self.evictions[layer] += int(evicted.sum()) // B // H
+        self.evicted_tokens[layer] += (old_count * evicted).sum(-1)
+        self.inserted[layer] += int(insert.sum()) // B // H
+        dest4 = dest[..., None]
+        K.scatter_(2, dest4.expand(-1, -1, -1, D), k_new)
+        V.scatter_(2, dest4.expand(-1, -1, -1, D), v_new)
+        count.scatter_(2, dest, torch.ones_like(dest, dtype=count.dtype))
+        pos.scatter_(2, dest4.expand(-1, -1, -1, 3), positions.expand(B, H, N, 3))
+        upd.scatter_(2, dest, torch.full_like(dest, frame))
+        # The trash slot absorbed masked writes; keep it empty.
+        count[:, :, C] = 0.0
+        used = dest.masked_fill(~insert, -1).max()
+        self.high_water[layer] = max(hw, int(used) + 1)
+
+    def finish_commit(self) -> None:
+        self._pending = None
+
+    def rewind(self, frame: int) -> None:
+        """Drop groups whose newest member is at or after ``frame`` (their older members go with them)."""
+        for layer in range(self.num_layers):
+            stale = self.pos[layer][..., 0] >= frame
+            stale[:, :, : self.sink_tokens] = False
+            self.count[layer].masked_fill_(stale, 0.0)
+
+    # -- reading --------------------------------------------------------------------------------------------
+    def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
+        hw = self.high_water[layer]
+        if hw == 0:
+            return None
+        count = self.count[layer][:, :, :hw]
+        bias = torch.where(count > 0, count.clamp_min(1e-30).log(), torch.full_like(count, float("-inf")))
+        return CacheView(
+            k=self.k[layer][:, :, :hw], v=self.v[layer][:, :, :hw], bias=bias, positions=self.pos[layer][:, :, :hw],
+            n_sink=min(self.sink_tokens, hw), uniform=False,
+        )
+
+    # -- accounting -----------------------------------------------------------------------------------------
+    def groups(self, layer: int) -> float:
+        """Live groups per head (sink included), averaged over batch and heads."""
+        return float((self.count[layer][:, :, : self.capacity] > 0).float().sum(-1).mean())
+
+    def _bytes_per_slot(self) -> int:
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.head_dim * elem + 4 + 3 * 8 + 8  # k, v, count, position, last update
+
+    def live_bytes(self) -> int:
+        slots = sum(int((c[:, :, : self.capacity] > 0).sum()) for c in self.count)
+        return slots * self._bytes_per_slot()
+
+    def allocated_bytes(self) -> int:
+        return self.num_layers * self.batch * self.num_heads * (self.capacity + 1) * self._bytes_per_slot()
+
+    def chunk_stats(self) -> dict:
+        groups = [round(self.groups(i), 2) for i in range(self.num_layers)]
+        live = [float(c[:, :, : self.capacity].sum()) / max(1, int((c[:, :, : self.capacity] > 0).sum()))
+                for c in self.count]
+        return {"groups": groups, "mean_count": round(sum(live) / len(live), 4)}
+
+    def stats(self) -> dict:
+        return {
+            **super().stats(),
+            "capacity_tokens": self.capacity,
+            "sink_tokens": self.sink_tokens,
+            "groups_per_layer": [round(self.groups(i), 2) for i in range(self.num_layers)],
+            "merges_per_layer": list(self.merges),
+            "evictions_per_layer": list(self.evictions),
+            "inserted_per_layer": list(self.inserted),
+            "mean_count": self.chunk_stats()["mean_count"],
+        }

@@ -1,0 +1,216 @@
+"""The block-causal Wan2.1 forward: one chunk (or a rolling window of chunks) against a KV cache.
+
+``CausalRunner`` drives any module tree with Wan2.1 names, the engine's own ``WanModel`` or ComfyUI's
+``WanModel``, by calling its submodules (``blk.self_attn.q(x)``, ``blk.norm1(x)``, ...). It never copies
+weights, so LoRA, fp8 and offloading stay the host's business. Timesteps are per frame (``[B, F]``), giving
+per-frame modulation. Attention goes through the seam in ``attention.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .attention import DenseAttention, PassInfo
+from .errors import FastARError
+from .kv_cache import KVCache
+from .rope import grid_positions
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The shape facts the forward needs, read from either module tree."""
+
+    dim: int
+    num_heads: int
+    num_layers: int
+    patch_size: tuple
+    freq_dim: int
+    out_dim: int
+    text_dim: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.num_heads
+
+
+def read_geometry(model) -> Geometry:
+    cfg = getattr(model, "config", None)
+    if cfg is not None and hasattr(cfg, "head_dim"):
+        return Geometry(cfg.dim, cfg.num_heads, cfg.num_layers, tuple(cfg.patch_size), cfg.freq_dim, cfg.out_dim,
+                        cfg.text_dim)
+    # ComfyUI's WanModel keeps these as attributes.
+    return Geometry(model.dim, model.num_heads, len(model.blocks), tuple(model.patch_size), model.freq_dim,
+                    model.out_dim, model.text_dim)
+
+
+@dataclass
+class TextState:
+    """Cross-attention K/V of one prompt for every layer, computed once per prompt."""
+
+    k: list  # per layer [B, H, L, D]
+    v: list
+    num_tokens: int
+
+
+def sinusoidal_embedding(dim: int, position: torch.Tensor) -> torch.Tensor:
+    half = dim // 2
+    position = position.to(torch.float64)
+    freqs = torch.pow(10000, -torch.arange(half, dtype=torch.float64, device=position.device).div(half))
+    angles = torch.outer(position, freqs)
+    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=1)
+
+
+class CausalRunner:
+    def __init__(self, model, attention: DenseAttention | None = None, dtype: torch.dtype | None = None):
+        self.model = model
+        self.geometry = read_geometry(model)
+        if self.geometry.patch_size[0] != 1:
+            raise FastARError(f"temporal patch size {self.geometry.patch_size[0]} is not supported (Wan2.1 uses 1)")
+        self.attention = attention or DenseAttention()
+        self.dtype = dtype or model.blocks[0].self_attn.q.weight.dtype
+        self.device = model.blocks[0].self_attn.q.weight.device
+
+    @property
+    def num_layers(self) -> int:
+        return self.geometry.num_layers
+
+    def grid_hw(self, latent_h: int, latent_w: int) -> tuple[int, int]:
+        _, ph, pw = self.geometry.patch_size
+        if latent_h % ph or latent_w % pw:
+            raise FastARError(
+                f"latent size {latent_h}x{latent_w} is not divisible by the patch size {ph}x{pw}; "
+                f"pixel height and width must be multiples of {8 * ph}"
+            )
+        return latent_h // ph, latent_w // pw
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, N, dim] -> [B, H, N, head_dim]"""
+        g = self.geometry
+        return x.view(x.shape[0], x.shape[1], g.num_heads, g.head_dim).transpose(1, 2)
+
+    @torch.no_grad()
+    def encode_text(self, context: torch.Tensor) -> TextState:
+        """Project a prompt ``[B, L, text_dim]`` through ``text_embedding`` and every layer's cross-attn K/V."""
+        if context.ndim != 3 or context.shape[-1] != self.geometry.text_dim:
+            raise FastARError(
+                f"conditioning has shape {list(context.shape)}; expected [batch, tokens, {self.geometry.text_dim}]"
+            )
+        if not torch.isfinite(context).all():
+            raise FastARError("conditioning contains NaN or infinite values")
+        ctx = self.model.text_embedding(context.to(device=self.device, dtype=self.dtype))
+        ks, vs = [], []
+        for blk in self.model.blocks:
+            ca = blk.cross_attn
+            ks.append(self._heads(ca.norm_k(ca.k(ctx))).contiguous())
+            vs.append(self._heads(ca.v(ctx)).contiguous())
+        return TextState(ks, vs, context.shape[1])
+
+    @torch.no_grad()
+    def forward(
+        self,
+        x: torch.Tensor,
+        timesteps: torch.Tensor,
+        text: TextState,
+        cache: KVCache | None,
+        info: PassInfo,
+        commit: bool = False,
+        need_output: bool = True,
+    ) -> torch.Tensor | None:
+        """Flow prediction for latent frames ``x [B, C, F, h, w]`` at per-frame ``timesteps [B, F]`` (0..1000).
+
+        Queries see the cache view of each layer plus every token of ``x``. With ``commit`` the pass's keys
+        and values are written to the cache (the clean pass); ``need_output=False`` then skips the head.
+        """
+        g = self.geometry
+        B, _, F, H, W = x.shape
+        gh, gw = self.grid_hw(H, W)
+        if timesteps.shape != (B, F):
+            raise FastARError(f"timesteps have shape {list(timesteps.shape)}; expected [{B}, {F}] (one per frame)")
+        embed = self.model.patch_embedding  # fp32 in ComfyUI whatever the model dtype
+        tokens = embed(x.to(device=self.device, dtype=embed.weight.dtype))
+        tokens = tokens.to(self.dtype).flatten(2).transpose(1, 2)  # [B, F*gh*gw, dim], frame-major
+        t_emb = sinusoidal_embedding(g.freq_dim, timesteps.reshape(-1).to(self.device)).to(self.dtype)
+        e = self.model.time_embedding(t_emb).view(B, F, g.dim)
+        e0 = self.model.time_projection(e).unflatten(-1, (6, g.dim))  # [B, F, 6, dim]
+        positions = grid_positions(info.frame_start, F, gh, gw, device=self.device)
+
+        if commit:
+            cache.prepare_commit(info.frame_start, F)
+        last = len(self.model.blocks) - 1
+        for i, blk in enumerate(self.model.blocks):
+            tokens = self._block(i, blk, tokens, e0, positions, text, cache, info, commit,
+                                 skip_tail=(i == last and not need_output))
+        if commit:
+            cache.finish_commit()
+        if not need_output:
+            return None
+        return self._head(tokens, e, F, gh, gw)
+
+    def _block(self, i, blk, x, e0, positions, text, cache, info, commit, skip_tail=False):
+        B, N, dim = x.shape
+        F = e0.shape[1]
+        mod = blk.modulation.to(device=x.device, dtype=x.dtype)[None] + e0  # [B, F, 6, dim]
+        shift1, scale1, gate1, shift2, scale2, gate2 = (m[:, :, None] for m in mod.unbind(2))
+
+        def per_frame(t):
+            return t.view(B, F, N // F, dim)
+
+        h = (per_frame(blk.norm1(x)) * (1 + scale1) + shift1).view(B, N, dim)
+        sa = blk.self_attn
+        q = self._heads(sa.norm_q(sa.q(h)))
+        k = self._heads(sa.norm_k(sa.k(h)))
+        v = self._heads(sa.v(h))
+        view = cache.view(i, info.frame_start, F) if cache is not None else None
+        y = self.attention.self_attention(i, q, k, v, positions, view, info)
+        if commit:
+            cache.commit(i, k, v)
+        if skip_tail:
+            return x
+        y = sa.o(y.transpose(1, 2).reshape(B, N, dim))
+        x = x + (per_frame(y) * gate1).view(B, N, dim)
+
+        ca = blk.cross_attn
+        cq = self._heads(ca.norm_q(ca.q(blk.norm3(x))))
+        y = self.attention.cross_attention(i, cq, text.k[i], text.v[i], info)
+        x = x + ca.o(y.transpose(1, 2).reshape(B, N, dim))
+
+        h = (per_frame(blk.norm2(x)) * (1 + scale2) + shift2).view(B, N, dim)
+        y = blk.ffn(h)
+        return x + (per_frame(y) * gate2).view(B, N, dim)
+
+    def _head(self, x, e, F, gh, gw):
+        g = self.geometry
+        head = self.model.head
+        B, N, dim = x.shape
+        mod = head.modulation.to(device=x.device, dtype=x.dtype)[None] + e[:, :, None]  # [B, F, 2, dim]
+        shift, scale = (m[:, :, None] for m in mod.unbind(2))
+        h = (head.norm(x).view(B, F, N // F, dim) * (1 + scale) + shift).view(B, N, dim)
+        out = head.head(h)
+        pt, ph, pw = g.patch_size
+        c = out.shape[-1] // (pt * ph * pw)
+        out = out.view(B, F, gh, gw, pt, ph, pw, c).permute(0, 7, 1, 4, 2, 5, 3, 6)
+        return out.reshape(B, c, F * pt, gh * ph, gw * pw).float()
+
+
+def flow_to_x0(x_t: torch.Tensor, flow: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """x0 = x_t - sigma * v for flow-matching velocity v = noise - x0; sigma per frame ``[B, F]``."""
+    return x_t - sigma[:, None, :, None, None] * flow
+
+
+def add_noise(x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """x_sigma = (1 - sigma) x0 + sigma noise, sigma per frame ``[B, F]``."""
+    s = sigma[:, None, :, None, None]
+    return (1 - s) * x0 + s * noise
+
+
+def latent_frames(pixel_frames: int) -> int:
+    """Wan's 4x temporal VAE: 4k+1 pixel frames give k+1 latent frames."""
+    return (pixel_frames - 1) // 4 + 1
+
+
+def nearest_valid_pixel_frames(n: int) -> tuple[int, int]:
+    lo = max(1, 4 * math.floor((n - 1) / 4) + 1)
+    return lo, lo + 4

@@ -1,0 +1,343 @@
+"""The autoregressive sampling loop (Self-Forcing family), chunk by chunk against a KV cache.
+
+Chunk mode (Self-Forcing, CausVid, LongLive, Causal Forcing): each chunk of ``frames_per_block`` latent
+frames is denoised by the step list (x0 = x_t - sigma v, then re-noised with fresh noise to the next sigma),
+then one clean pass at ``context_noise`` writes its keys and values to the cache.
+
+Rolling mode (Rolling Forcing): a window of up to ``num_steps`` chunks at staggered noise levels is denoised
+in one forward; each call finishes the oldest chunk, whose clean pass alone is committed.
+
+All noise comes from generators seeded per (seed, chunk, step); nothing reads the global RNG.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from .attention import PassInfo
+from .errors import FastARError, GenerationCancelled
+from .kv_cache import CacheSpec, KVCache
+from .prompts import PromptSchedule
+from .runner import CausalRunner, add_noise, flow_to_x0
+from .schedule import DenoisingSchedule, get_schedule
+
+SAMPLER_MODES = ("chunk", "rolling")
+
+
+@dataclass
+class RolloutConfig:
+    num_frames: int  # latent frames to generate (after any initial clean frames)
+    latent_height: int
+    latent_width: int
+    frames_per_block: int = 3
+    schedule: DenoisingSchedule | str = "self-forcing"
+    seed: int = 0
+    cache: CacheSpec = field(default_factory=CacheSpec)
+    context_noise: float = 0.0  # sigma of the clean pass that writes the cache (0 in every released model)
+    mode: str = "chunk"
+    batch: int = 1
+    channels: int = 16
+
+    def validate(self) -> DenoisingSchedule:
+        if self.num_frames < 1:
+            raise FastARError(f"num_frames must be >= 1 latent frame, got {self.num_frames}")
+        if self.frames_per_block < 1:
+            raise FastARError(f"frames_per_block must be >= 1, got {self.frames_per_block}")
+        if self.mode not in SAMPLER_MODES:
+            raise FastARError(f"sampler mode {self.mode!r} is not one of {', '.join(SAMPLER_MODES)}")
+        if not 0.0 <= self.context_noise < 1.0:
+            raise FastARError(f"context_noise must be in [0, 1), got {self.context_noise}")
+        if self.latent_height < 1 or self.latent_width < 1:
+            raise FastARError(f"latent size {self.latent_height}x{self.latent_width} is empty")
+        self.cache.validate(self.frames_per_block)
+        return get_schedule(self.schedule)
+
+
+def noise_seed(seed: int, chunk: int, step: int) -> int:
+    """Independent stream per (seed, chunk, step), stable across runs and devices."""
+    x = (seed * 0x9E3779B97F4A7C15 + chunk * 0xBF58476D1CE4E5B9 + step * 0x94D049BB133111EB) & (2**64 - 1)
+    x ^= x >> 31
+    return x & (2**63 - 1)
+
+
+@dataclass
+class ChunkReport:
+    index: int
+    frame_start: int
+    frames: int
+    seconds: float
+    cache_bytes: int
+    x0: torch.Tensor  # [B, C, F, h, w] the chunk's clean latent
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "frame_start": self.frame_start, "frames": self.frames,
+                "seconds": round(self.seconds, 6), "cache_bytes": self.cache_bytes, **self.extra}
+
+
+@dataclass
+class RolloutResult:
+    latent: torch.Tensor  # [B, C, T, h, w], initial frames included
+    chunks: list
+    cache_stats: dict
+    schedule: DenoisingSchedule
+    seconds: float
+
+
+CacheFactory = Callable[[int, tuple, int], KVCache]  # (total_frames, grid_hw, batch) -> cache
+
+
+class ARSampler:
+    def __init__(self, runner: CausalRunner, cache_factory: CacheFactory | None = None):
+        self.runner = runner
+        self.cache_factory = cache_factory
+
+    def _build_cache(self, cfg: RolloutConfig, total_frames: int, grid_hw) -> KVCache:
+        if self.cache_factory is not None:
+            return self.cache_factory(total_frames, grid_hw, cfg.batch)
+        g = self.runner.geometry
+        return cfg.cache.build(num_layers=g.num_layers, batch=cfg.batch, num_heads=g.num_heads, head_dim=g.head_dim,
+                               grid_hw=grid_hw, total_frames=total_frames, dtype=self.runner.dtype,
+                               device=self.runner.device)
+
+    def _noise(self, cfg, chunk, step, frames):
+        shape = (cfg.batch, cfg.channels, frames, cfg.latent_height, cfg.latent_width)
+        g = torch.Generator().manual_seed(noise_seed(cfg.seed, chunk, step))
+        return torch.randn(shape, generator=g).to(self.runner.device)
+
+    def generate(
+        self,
+        prompts,
+        cfg: RolloutConfig,
+        initial_latents: torch.Tensor | None = None,
+        callback: Callable[[ChunkReport], None] | None = None,
+        cancel: Callable[[], bool] | None = None,
+        step_callback: Callable[[int, int], None] | None = None,
+        output_device=None,
+    ) -> RolloutResult:
+        """Generate ``cfg.num_frames`` latent frames. ``callback`` gets a report per finished chunk,
+        ``step_callback(done, total)`` every forward, ``cancel()`` is polled between steps."""
+        schedule = cfg.validate()
+        schedule_prompts = PromptSchedule.coerce(prompts)
+        grid_hw = self.runner.grid_hw(cfg.latent_height, cfg.latent_width)
+        n_init = 0
+        if initial_latents is not None:
+            want = (cfg.batch, cfg.channels, cfg.latent_height, cfg.latent_width)
+            got = tuple(initial_latents.shape[:2]) + tuple(initial_latents.shape[3:])
+            if initial_latents.ndim != 5 or got != want:
+                raise FastARError(f"initial latents have shape {list(initial_latents.shape)}; expected "
+                                  f"[{cfg.batch}, {cfg.channels}, frames, {cfg.latent_height}, {cfg.latent_width}]")
+            n_init = initial_latents.shape[2]
+        total = n_init + cfg.num_frames
+        out_device = torch.device(output_device) if output_device is not None else self.runner.device
+        latent = torch.zeros(cfg.batch, cfg.channels, total, cfg.latent_height, cfg.latent_width, device=out_device)
+        plan = chunk_plan(n_init, cfg.num_frames, cfg.frames_per_block)
+        loop = _Rollout(self, cfg, schedule, schedule_prompts, latent, plan, callback, cancel, step_callback)
+        cache = self._build_cache(cfg, total, grid_hw)
+        self.runner.attention.begin_rollout(self.runner.num_layers)
+        start = time.perf_counter()
+        try:
+            loop.cache = cache
+            if n_init:
+                loop.commit_initial(initial_latents.to(self.runner.device, torch.float32))
+            if cfg.mode == "chunk":
+                loop.run_chunks()
+            else:
+                loop.run_rolling()
+            stats = cache.stats()
+        finally:
+            cache.free()
+            loop.cache = None
+        return RolloutResult(latent, loop.reports, stats, schedule, time.perf_counter() - start)
+
+
+def chunk_plan(first_frame: int, num_frames: int, frames_per_block: int) -> list[tuple[int, int]]:
+    """(frame_start, frames) of each generated chunk; the last one may be shorter."""
+    plan, f = [], first_frame
+    while f < first_frame + num_frames:
+        n = min(frames_per_block, first_frame + num_frames - f)
+        plan.append((f, n))
+        f += n
+    return plan
+
+
+class _Rollout:
+    """State of one rollout: the cache, the active prompt, the output latent, the reports."""
+
+    def __init__(self, sampler, cfg, schedule, prompts, latent, plan, callback, cancel, step_callback):
+        self.runner = sampler.runner
+        self.sampler = sampler
+        self.cfg = cfg
+        self.schedule = schedule
+        self.prompts = prompts
+        self.latent = latent
+        self.plan = plan
+        self.callback = callback
+        self.cancel = cancel
+        self.step_callback = step_callback
+        self.cache: KVCache | None = None
+        self.reports: list[ChunkReport] = []
+        self.prompt_index = -1
+        self.text = None
+        self.steps_done = 0
+        if cfg.mode == "chunk":
+            self.steps_total = len(plan) * (schedule.num_steps + 1)
+        else:
+            self.steps_total = len(plan) + schedule.num_steps - 1
+        self.last_report = time.perf_counter()
+
+    # -- helpers ----------------------------------------------------------------------------------------------
+    def _times(self, sigmas_per_frame: torch.Tensor) -> torch.Tensor:
+        return (1000.0 * sigmas_per_frame).to(self.runner.device)
+
+    def _check_cancel(self):
+        if self.cancel is not None and self.cancel():
+            raise GenerationCancelled("generation was cancelled")
+
+    def _tick(self):
+        self.steps_done += 1
+        if self.step_callback is not None:
+            self.step_callback(self.steps_done, self.steps_total)
+
+    def _sync(self):
+        if self.runner.device.type == "cuda":
+            torch.cuda.synchronize(self.runner.device)
+
+    def _info(self, chunk, step, frame_start, frames, frame_steps=None):
+        return PassInfo(chunk=chunk, step=step, num_steps=self.schedule.num_steps, frame_start=frame_start,
+                        num_frames=frames, tokens_per_frame=self.cache.tokens_per_frame, frame_steps=frame_steps)
+
+    def _clean_pass(self, chunk, x0, frame_start):
+        """Write a finished chunk's clean keys/values to the cache (at ``context_noise``)."""
+        cfg = self.cfg
+        frames = x0.shape[2]
+        sigma = torch.full((cfg.batch, frames), cfg.context_noise)
+        clean = x0
+        if cfg.context_noise > 0:
+            noise = self.sampler._noise(cfg, chunk, self.schedule.num_steps, frames)
+            clean = add_noise(x0, noise, sigma.to(x0.device))
+        self.runner.forward(clean, self._times(sigma), self.text, self.cache,
+                            self._info(chunk, -1, frame_start, frames), commit=True, need_output=False)
+
+    def _update_prompt(self, frame_start: int):
+        idx = self.prompts.index_at(frame_start)
+        if idx == self.prompt_index:
+            return
+        switching = self.prompt_index >= 0
+        self.prompt_index = idx
+        segment = self.prompts.segments[idx]
+        self.text = self.runner.encode_text(segment.context)
+        if switching and segment.recache_frames > 0:
+            self._recache(frame_start, segment.recache_frames)
+
+    def _recache(self, frame_start: int, n: int):
+        """LongLive's recache: re-encode the last ``n`` clean frames under the new prompt."""
+        first = max(0, frame_start - n)
+        self.cache.rewind(first)
+        fpb = self.cfg.frames_per_block
+        for f in range(first, frame_start, fpb):
+            frames = min(fpb, frame_start - f)
+            x0 = self.latent[:, :, f:f + frames].to(self.runner.device)
+            self._clean_pass(-1, x0, f)
+
+    def _report(self, chunk, frame_start, x0, seconds):
+        self.latent[:, :, frame_start:frame_start + x0.shape[2]] = x0.to(self.latent.device)
+        extra = {}
+        stats_fn = getattr(self.cache, "chunk_stats", None)
+        if stats_fn is not None:
+            extra.update(stats_fn())
+        attn_stats = getattr(self.runner.attention, "chunk_stats", None)
+        if attn_stats is not None:
+            extra.update(attn_stats())
+        report = ChunkReport(chunk, frame_start, x0.shape[2], seconds, self.cache.live_bytes(), x0, extra)
+        self.reports.append(report)
+        if self.callback is not None:
+            self.callback(report)
+
+    def _check_finite(self, x0, chunk):
+        if not torch.isfinite(x0).all():
+            raise FastARError(f"chunk {chunk} produced NaN or infinite values (check the model weights, dtype and "
+                              "conditioning)")
+
+    # -- initial clean frames (image to video) ---------------------------------------------------------------
+    def commit_initial(self, init: torch.Tensor):
+        self._update_prompt(0)
+        fpb = self.cfg.frames_per_block
+        n = init.shape[2]
+        for f in range(0, n, fpb):
+            x0 = init[:, :, f:f + fpb]
+            self._clean_pass(-1, x0, f)
+            self.latent[:, :, f:f + x0.shape[2]] = x0.to(self.latent.device)
+
+    # -- chunk mode ---------------------------------------------------------------------------------------------
+    def run_chunks(self):
+        cfg, sigmas = self.cfg, self.schedule.sigmas
+        last = len(self.plan) - 1
+        for c, (f0, frames) in enumerate(self.plan):
+            self._check_cancel()
+            self._sync()
+            t_start = time.perf_counter()
+            self._update_prompt(f0)
+            x = self.sampler._noise(cfg, c, 0, frames)
+            x0 = None
+            for s, sigma in enumerate(sigmas):
+                self._check_cancel()
+                sig = torch.full((cfg.batch, frames), sigma, device=self.runner.device)
+                flow = self.runner.forward(x, self._times(sig), self.text, self.cache, self._info(c, s, f0, frames))
+                x0 = flow_to_x0(x, flow, sig)
+                if s + 1 < len(sigmas):
+                    nxt = torch.full((cfg.batch, frames), sigmas[s + 1], device=self.runner.device)
+                    x = add_noise(x0, self.sampler._noise(cfg, c, s + 1, frames), nxt)
+                self._tick()
+            self._check_finite(x0, c)
+            if c < last:  # the final chunk's keys would never be read
+                self._clean_pass(c, x0, f0)
+            self._tick()
+            self._sync()
+            self._report(c, f0, x0, time.perf_counter() - t_start)
+
+    # -- rolling mode (Rolling Forcing) ------------------------------------------------------------------------
+    def run_rolling(self):
+        cfg, sigmas = self.cfg, self.schedule.sigmas
+        n_steps = len(sigmas)
+        n_chunks = len(self.plan)
+        noisy: dict[int, torch.Tensor] = {}
+        for w in range(n_chunks + n_steps - 1):
+            self._check_cancel()
+            first, newest = max(0, w - n_steps + 1), min(n_chunks - 1, w)
+            window = list(range(first, newest + 1))
+            if w < n_chunks:
+                noisy[w] = self.sampler._noise(cfg, w, 0, self.plan[w][1])
+            f0 = self.plan[first][0]
+            self._update_prompt(self.plan[newest][0])
+            x = torch.cat([noisy[b] for b in window], dim=2)
+            sig = torch.cat([torch.full((cfg.batch, self.plan[b][1]), sigmas[w - b]) for b in window], dim=1)
+            sig = sig.to(self.runner.device)
+            frame_steps = [w - b for b in window for _ in range(self.plan[b][1])]
+            flow = self.runner.forward(x, self._times(sig), self.text, self.cache,
+                                       self._info(newest, w - newest, f0, x.shape[2], frame_steps))
+            x0_all = flow_to_x0(x, flow, sig)
+            offset = 0
+            for b in window:
+                frames = self.plan[b][1]
+                x0 = x0_all[:, :, offset:offset + frames]
+                offset += frames
+                s = w - b
+                if s + 1 < n_steps:
+                    nxt = torch.full((cfg.batch, frames), sigmas[s + 1], device=self.runner.device)
+                    noisy[b] = add_noise(x0, self.sampler._noise(cfg, b, s + 1, frames), nxt)
+                    continue
+                self._check_finite(x0, b)
+                del noisy[b]
+                if b < n_chunks - 1:
+                    self._clean_pass(b, x0, self.plan[b][0])
+                self._sync()
+                # Windows overlap, so a chunk's time is the time since the previous chunk finished.
+                now = time.perf_counter()
+                self._report(b, self.plan[b][0], x0, now - self.last_report)
+                self.last_report = now
+            self._tick()

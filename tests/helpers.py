@@ -1,0 +1,72 @@
+"""Shared test helpers: tiny Wan models and a cache-free reference forward."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from comfyui_fastar.fastar_core.attention import PassInfo
+from comfyui_fastar.fastar_core.rope import grid_positions, rotate
+from comfyui_fastar.fastar_core.runner import CausalRunner
+from comfyui_fastar.fastar_core.wan_config import WanConfig
+from comfyui_fastar.fastar_core.wan_model import random_wan
+
+TINY = WanConfig(dim=64, num_heads=2, num_layers=2, ffn_dim=128, text_dim=32, freq_dim=32)
+
+
+def tiny_model(seed=0, cfg=TINY, dtype=torch.float32):
+    return random_wan(cfg, seed=seed, dtype=dtype)
+
+
+def tiny_context(seed=1, tokens=8, text_dim=32, pad=0):
+    g = torch.Generator().manual_seed(seed)
+    ctx = torch.randn(1, tokens, text_dim, generator=g)
+    if pad:
+        ctx = torch.cat([ctx, torch.zeros(1, pad, text_dim)], dim=1)
+    return ctx
+
+
+class GroupedReference:
+    """Attention seam for a full-sequence forward in which each query group (a frame range) sees its own key
+    frames at its own temporal positions: the block-causal mask of every cache policy, written out directly."""
+
+    def __init__(self, groups, tokens_per_frame):
+        # groups: list of (query_frames: range, key_frames: list[(frame, effective_t)])
+        self.groups = groups
+        self.tpf = tokens_per_frame
+
+    def begin_rollout(self, num_layers):
+        pass
+
+    def _tokens(self, frames):
+        return torch.cat([torch.arange(f * self.tpf, (f + 1) * self.tpf) for f in frames])
+
+    def self_attention(self, layer, q, k, v, positions, view, info):
+        out = torch.zeros_like(q)
+        for q_frames, key_frames in self.groups:
+            qi = self._tokens(list(q_frames))
+            ki = self._tokens([f for f, _ in key_frames])
+            q_pos = positions[qi].clone()
+            k_pos = positions[ki].clone()
+            k_pos[:, 0] = torch.cat([torch.full((self.tpf,), t) for _, t in key_frames])
+            qr = rotate(q[:, :, qi], q_pos[None])
+            kr = rotate(k[:, :, ki], k_pos[None])
+            scores = qr @ kr.transpose(-1, -2) / math.sqrt(q.shape[-1])
+            out[:, :, qi] = torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v[:, :, ki]
+        return out
+
+    def cross_attention(self, layer, q, text_k, text_v, info):
+        return torch.softmax(q @ text_k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ text_v
+
+
+def reference_forward(model, x_all, t_all, text_ctx, groups, grid_hw):
+    """One forward over every frame with per-group visibility; returns the flow prediction for all frames."""
+    runner = CausalRunner(model, attention=GroupedReference(groups, grid_hw[0] * grid_hw[1]))
+    text = runner.encode_text(text_ctx)
+    info = PassInfo(chunk=0, step=0, num_steps=1, frame_start=0, num_frames=x_all.shape[2],
+                    tokens_per_frame=grid_hw[0] * grid_hw[1])
+    return runner.forward(x_all, t_all, text, None, info)
+
+
+__all__ = ["TINY", "tiny_model", "tiny_context", "GroupedReference", "reference_forward", "grid_positions"]

@@ -1,0 +1,227 @@
+"""FAST-AR in the engine: config, exactness (Lemma 5.1, pad merge, one bucket), TempCache, a long rollout."""
+
+import math
+
+import pytest
+import torch
+
+from comfyui_fastar.fastar_core.attention import DenseAttention, PassInfo
+from comfyui_fastar.fastar_core.errors import FastARError
+from comfyui_fastar.fastar_core.fastar.ann import LSHMatcher, QuantMatcher, exact_top1
+from comfyui_fastar.fastar_core.fastar.attention import FastARAttention
+from comfyui_fastar.fastar_core.fastar.config import PRESETS, FastARConfig, get_preset
+from comfyui_fastar.fastar_core.fastar.session import build_sampler
+from comfyui_fastar.fastar_core.fastar.tempcache import TempCache
+from comfyui_fastar.fastar_core.kv_cache import CacheSpec, DenseKVCache
+from comfyui_fastar.fastar_core.rope import rope_axes
+from comfyui_fastar.fastar_core.runner import CausalRunner
+from comfyui_fastar.fastar_core.sampler import RolloutConfig
+
+from helpers import tiny_context, tiny_model
+
+
+def test_presets_validate_and_bad_values_name_the_field():
+    for name in PRESETS:
+        assert get_preset(name).validate(num_layers=4, frames_per_block=3).preset == name
+    assert not get_preset("off").enabled
+    bad = {"threshold": 0.0, "capacity_frames": 0, "bits": 17, "tables": 0, "dense_warmup": 1.5,
+           "matcher": "faiss", "layers": (9,)}
+    for field, value in bad.items():
+        with pytest.raises(FastARError, match=field):
+            FastARConfig(**{field: value}).validate(num_layers=4)
+    with pytest.raises(FastARError, match="capacity_frames"):
+        FastARConfig(tempcache=True, capacity_frames=4, sink_frames=3).validate(frames_per_block=3)
+    with pytest.raises(FastARError, match="preset"):
+        get_preset("turbo")
+
+
+def test_hash_projections_have_their_own_seeded_generator():
+    state = torch.random.get_rng_state()
+    a = LSHMatcher(2, 16, bits=6, tables=2, seed=5)
+    b = LSHMatcher(2, 16, bits=6, tables=2, seed=5)
+    c = LSHMatcher(2, 16, bits=6, tables=2, seed=6)
+    assert torch.equal(a.planes, b.planes) and not torch.equal(a.planes, c.planes)
+    assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_matchers_against_exact_top1():
+    g = torch.Generator().manual_seed(0)
+    reps = torch.randn(1, 2, 200, 32, generator=g)
+    noisy = reps[:, :, :50] + 0.02 * torch.randn(1, 2, 50, 32, generator=g)
+    idx, sim = exact_top1(noisy, reps, chunk=7)
+    assert torch.equal(idx, torch.arange(50).expand(1, 2, 50))
+    assert (sim > 0.99).all()
+    lsh_idx, lsh_sim = LSHMatcher(2, 32, bits=4, tables=4, seed=1).top1(noisy, reps)
+    assert (lsh_idx == idx).float().mean() > 0.9
+    q_idx, q_sim = QuantMatcher(2, 32).top1(noisy, reps)
+    assert (q_idx == idx).float().mean() > 0.95
+    buckets = QuantMatcher(2, 32, bits=3).buckets(reps)
+    assert buckets.shape == (1, 2, 200) and buckets.max() < 8 and len(buckets.unique()) > 2
+
+
+def duplicated_keys(seed=0, groups=12, d=32):
+    g = torch.Generator().manual_seed(seed)
+    reps = torch.randn(1, 2, groups, d, generator=g)
+    mult = torch.randint(1, 6, (groups,), generator=g)
+    values = [torch.randn(1, 2, int(m), d, generator=g) for m in mult]
+    keys = torch.cat([reps[:, :, i:i + 1].expand(-1, -1, int(m), -1) for i, m in enumerate(mult)], dim=2)
+    vals = torch.cat(values, dim=2)
+    means = torch.cat([v.mean(dim=2, keepdim=True) for v in values], dim=2)
+    return reps, means, mult.float(), keys, vals
+
+
+def test_lemma_5_1_through_the_engine_attention_paths():
+    """Merged keys with mean values and +log(m) equal plain attention over the duplicates."""
+    from comfyui_fastar.kernels import attention, build_sparse_layout, sparse_attention
+
+    reps, means, mult, keys, vals = duplicated_keys()
+    q = torch.randn(1, 2, 9, 32, generator=torch.Generator().manual_seed(3))
+    plain = torch.softmax(q @ keys.transpose(-1, -2) / math.sqrt(32), -1) @ vals
+    bias = mult.log()[None, None]
+    for backend in ("torch", "triton", "flex"):
+        merged = attention(q, reps, means, bias, backend=backend)
+        assert (merged - plain).abs().max() < 1e-5, backend
+    # The sparse path with every key visible (one bucket) is the same computation.
+    zeros_q = torch.zeros(1, 2, 9, dtype=torch.int32)
+    layout = build_sparse_layout(zeros_q, torch.zeros(1, 2, 12, dtype=torch.int32), n_dense=0, block_q=16, block_k=16)
+    assert layout.density() == 1.0
+    merged = sparse_attention(q, reps, means, layout, bias, backend="torch")
+    assert (merged - plain).abs().max() < 1e-5
+
+
+def temporal_free(model):
+    """Zero the temporal RoPE dims of q/k so that repeated frames have identical rotated keys."""
+    cfg = model.config
+    t_dims = 2 * rope_axes(cfg.head_dim)[0]
+    with torch.no_grad():
+        for blk in model.blocks:
+            for norm in (blk.self_attn.norm_q, blk.self_attn.norm_k):
+                w = norm.weight.view(cfg.num_heads, cfg.head_dim)
+                w[:, :t_dims] = 0.0
+    return model
+
+
+def commit_frames(runner, text, cache, frames):
+    for f, x in enumerate(frames):
+        info = PassInfo(chunk=f, step=-1, num_steps=4, frame_start=f, num_frames=1, tokens_per_frame=4)
+        runner.forward(x, torch.zeros(1, 1), text, cache, info, commit=True, need_output=False)
+
+
+def query_after(runner, text, cache, n):
+    x = torch.randn(1, 16, 1, 4, 4, generator=torch.Generator().manual_seed(9))
+    info = PassInfo(chunk=n, step=0, num_steps=4, frame_start=n, num_frames=1, tokens_per_frame=4)
+    return runner.forward(x, torch.full((1, 1), 937.5), text, cache, info)
+
+
+def make_tempcache(threshold=1.0, capacity=8, sink=1):
+    cfg = FastARConfig(tempcache=True, threshold=threshold, capacity_frames=capacity, sink_frames=sink)
+    return TempCache(cfg, num_layers=2, batch=1, num_heads=2, head_dim=32, grid_hw=(2, 2))
+
+
+def test_threshold_one_on_repeated_frames_equals_dense_with_one_frame_of_groups():
+    model = temporal_free(tiny_model())
+    runner = CausalRunner(model)
+    text = runner.encode_text(tiny_context())
+    frame = torch.randn(1, 16, 1, 4, 4, generator=torch.Generator().manual_seed(4))
+    n = 12
+    dense = DenseKVCache("global", 2, 1, 2, 32, (2, 2), capacity_frames=n)
+    commit_frames(runner, text, dense, [frame] * n)
+    temp = make_tempcache()
+    commit_frames(runner, text, temp, [frame] * n)
+    out_dense = query_after(runner, text, dense, n)
+    out_temp = query_after(runner, text, temp, n)
+    assert (out_dense - out_temp).abs().max() < 1e-4
+    for layer in range(2):
+        assert temp.groups(layer) == 4 + 4  # the sink frame + one frame's worth of groups
+    assert temp.merges[0] == (n - 2) * 4
+
+
+def test_threshold_one_never_merges_random_frames():
+    model = tiny_model()
+    runner = CausalRunner(model)
+    text = runner.encode_text(tiny_context())
+    g = torch.Generator().manual_seed(5)
+    temp = make_tempcache(capacity=20)
+    commit_frames(runner, text, temp, [torch.randn(1, 16, 1, 4, 4, generator=g) for _ in range(12)])
+    assert temp.merges == [0, 0]
+    assert temp.groups(0) == 12 * 4
+
+
+def test_pad_merge_alone_is_exact_and_pruning_drops_tokens():
+    model = tiny_model()
+    runner = CausalRunner(model)
+    text = runner.encode_text(tiny_context(tokens=6, pad=58))
+    q = torch.randn(1, 2, 8, 32, generator=torch.Generator().manual_seed(1))
+    info = PassInfo(chunk=0, step=1, num_steps=4, frame_start=0, num_frames=2, tokens_per_frame=4)
+    dense = DenseAttention().cross_attention(0, q, text.k[0], text.v[0], info)
+    exact = FastARAttention(FastARConfig(annca=True, annca_prune=False), 2, 32)
+    out = exact.cross_attention(0, q, text.k[0], text.v[0], info)
+    assert (out - dense).abs().max() < 1e-5
+    assert exact.chunk_stats()["ca_kept"] == pytest.approx(7 / 64, abs=1e-4)  # 6 words + 1 merged pad key
+    pruned = FastARAttention(FastARConfig(annca=True, bits=8, multiprobe=False), 2, 32, measure=True)
+    pruned.begin_rollout(2)
+    pruned.cross_attention(0, q, text.k[0], text.v[0], info)
+    stats = pruned.chunk_stats()
+    assert stats["ca_kept"] < 1.0 and 0.0 < stats["ca_recall"] <= 1.0
+
+
+def test_annsa_with_one_bucket_is_exact():
+    model = tiny_model()
+    runner = CausalRunner(model)
+    text = runner.encode_text(tiny_context())
+    cache = make_tempcache(threshold=0.9, capacity=10)
+    g = torch.Generator().manual_seed(2)
+    commit_frames(runner, text, cache, [torch.randn(1, 16, 1, 4, 4, generator=g) for _ in range(8)])
+    view = cache.view(0, 8, 1)
+    q, k, v = (torch.randn(1, 2, 4, 32, generator=g) for _ in range(3))
+    from comfyui_fastar.fastar_core.rope import grid_positions
+
+    pos = grid_positions(8, 1, 2, 2)
+    info = PassInfo(chunk=8, step=3, num_steps=4, frame_start=8, num_frames=1, tokens_per_frame=4)
+    dense = DenseAttention().self_attention(0, q, k, v, pos, view, info)
+    # One bit with Hamming-1 probes: every code is within reach of every other, i.e. a single bucket.
+    one_bucket = FastARAttention(FastARConfig(annsa=True, bits=1, multiprobe=True, dense_warmup=0.0), 2, 32)
+    one_bucket.begin_rollout(2)
+    out = one_bucket.self_attention(0, q, k, v, pos, view, info)
+    assert (out - dense).abs().max() < 1e-5
+    assert one_bucket.chunk_stats()["density"] == 1.0
+    narrow = FastARAttention(FastARConfig(annsa=True, bits=6, multiprobe=False, dense_warmup=0.0), 2, 32)
+    narrow.begin_rollout(2)
+    narrow.self_attention(0, q, k, v, pos, view, info)
+    assert narrow.chunk_stats()["density"] < 1.0
+    warm = FastARAttention(FastARConfig(annsa=True, bits=6, multiprobe=False), 2, 32)
+    warm.begin_rollout(2)
+    first_step = PassInfo(chunk=8, step=0, num_steps=4, frame_start=8, num_frames=1, tokens_per_frame=4)
+    assert (warm.self_attention(0, q, k, v, pos, view, first_step) - dense).abs().max() < 1e-6
+
+
+def test_fastar_never_changes_the_sampling_noise():
+    model = tiny_model()
+    cfg = RolloutConfig(num_frames=6, latent_height=4, latent_width=4, seed=3)
+    state = torch.random.get_rng_state()
+    dense = build_sampler(CausalRunner(model), get_preset("off"), CacheSpec()).generate(tiny_context(), cfg)
+    spec = CacheSpec(policy="tempcache")
+    temp = build_sampler(CausalRunner(model), FastARConfig(tempcache=True), spec).generate(tiny_context(), cfg)
+    assert torch.equal(state, torch.random.get_rng_state())
+    # The first chunk sees an empty cache, so only the noise decides it: identical bit for bit.
+    assert torch.equal(dense.latent[:, :, :3], temp.latent[:, :, :3])
+
+
+def test_long_rollout_with_everything_on_has_flat_cache_memory():
+    model = tiny_model()
+    fa = get_preset("balanced").with_overrides(capacity_frames=12)
+    spec = CacheSpec(policy="tempcache")
+    sampler = build_sampler(CausalRunner(model), fa, spec, measure=True)
+    reports = []
+    cfg = RolloutConfig(num_frames=201, latent_height=4, latent_width=4, cache=spec, schedule="1.0,0.8,0.5")
+    result = sampler.generate(tiny_context(pad=24), cfg, callback=reports.append)
+    assert torch.isfinite(result.latent).all()
+    sizes = [r.cache_bytes for r in reports]
+    full = max(sizes)
+    first_full = sizes.index(full)
+    assert first_full <= 4  # capacity 12 frames: full after four 3-frame chunks
+    assert all(s == full for s in sizes[first_full:])
+    late = reports[-2].extra
+    assert len(late["groups"]) == 2 and all(g <= 12 * 4 for g in late["groups"])
+    assert 0.0 < late["density"] <= 1.0 and 0.0 < late["recall"] <= 1.0
+    assert "ca_kept" in late

@@ -1,0 +1,162 @@
+"""The AR sampler: determinism, no RoPE length limit, flat window memory, prompt switches, cancellation, errors."""
+
+import pytest
+import torch
+
+from comfyui_fastar.fastar_core.errors import FastARError, GenerationCancelled
+from comfyui_fastar.fastar_core.kv_cache import CacheSpec
+from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
+from comfyui_fastar.fastar_core.runner import CausalRunner
+from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig, noise_seed
+from comfyui_fastar.fastar_core.schedule import SCHEDULE_PRESETS, get_schedule
+from comfyui_fastar.fastar_core.wan_config import WanConfig
+from comfyui_fastar.fastar_core.wan_model import random_wan
+
+from helpers import tiny_context, tiny_model
+
+
+def rollout(model=None, prompts=None, **kw):
+    model = model or tiny_model()
+    cfg = RolloutConfig(**{"num_frames": 12, "latent_height": 4, "latent_width": 4, **kw})
+    return ARSampler(CausalRunner(model)).generate(prompts if prompts is not None else tiny_context(), cfg)
+
+
+def test_schedules_match_the_reference_models():
+    sf = SCHEDULE_PRESETS["self-forcing"].sigmas
+    assert [round(s, 4) for s in sf] == [1.0, 0.9375, 0.8333, 0.625]
+    rf = SCHEDULE_PRESETS["rolling-forcing"].sigmas
+    assert [round(s, 3) for s in rf] == [1.0, 0.952, 0.882, 0.769, 0.556]
+    assert get_schedule("1000,757,522").sigmas == (1.0, 0.757, 0.522)
+    assert get_schedule(torch.tensor([1.0, 0.5, 0.0])).sigmas == (1.0, 0.5)
+    with pytest.raises(FastARError, match="not a preset"):
+        get_schedule("euler")
+
+
+@pytest.mark.parametrize("mode", ["chunk", "rolling"])
+def test_same_seed_same_output_bit_for_bit(mode):
+    model = tiny_model()  # building modules draws from the global RNG; sampling must not
+    state = torch.random.get_rng_state()
+    a = rollout(model, seed=7, mode=mode).latent
+    b = rollout(model, seed=7, mode=mode).latent
+    c = rollout(model, seed=8, mode=mode).latent
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    assert torch.equal(state, torch.random.get_rng_state()), "the sampler must not touch the global RNG"
+    assert len({noise_seed(s, c, t) for s in range(3) for c in range(50) for t in range(6)}) == 3 * 50 * 6
+
+
+def test_long_rollout_past_rope_table_with_flat_window_memory():
+    cfg = WanConfig(dim=32, num_heads=2, num_layers=1, ffn_dim=32, text_dim=32, freq_dim=32)
+    model = random_wan(cfg, seed=3)
+    reports = []
+    spec = CacheSpec(policy="window", sink_frames=3, window_frames=9)
+    rc = RolloutConfig(num_frames=1110, latent_height=2, latent_width=2, cache=spec,
+                       schedule=get_schedule([1.0, 0.5]))
+    result = ARSampler(CausalRunner(model)).generate(tiny_context(), rc, callback=reports.append)
+    assert result.latent.shape[2] == 1110
+    assert torch.isfinite(result.latent).all()
+    sizes = [r.cache_bytes for r in reports]
+    full = sizes[4]  # sink 3 + window 9 = 12 frames after four 3-frame chunks
+    assert all(s == full for s in sizes[4:])
+    assert sizes[0] < full
+    assert result.cache_stats["evicted_frames"] > 300
+    # Late frames still depend on the content (no collapse to a constant from a broken RoPE).
+    assert result.latent[:, :, -3:].std() > 0.1
+
+
+def test_global_cache_grows_and_rolling_mode_runs():
+    reports = []
+    model = tiny_model()
+    cfg = RolloutConfig(num_frames=12, latent_height=4, latent_width=4, mode="rolling",
+                        schedule="rolling-forcing", cache=CacheSpec(policy="global"))
+    result = ARSampler(CausalRunner(model)).generate(tiny_context(), cfg, callback=reports.append)
+    assert [r.index for r in reports] == [0, 1, 2, 3]
+    assert [r.frame_start for r in reports] == [0, 3, 6, 9]
+    sizes = [r.cache_bytes for r in reports]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[2]
+    assert torch.isfinite(result.latent).all()
+
+
+def test_prompt_switch_changes_only_later_frames_and_recache_rewrites_the_cache():
+    model = tiny_model()
+    a, b = tiny_context(seed=1), tiny_context(seed=2)
+    single = rollout(model, a).latent
+    switched = rollout(model, PromptSchedule([PromptSegment(0, a), PromptSegment(6, b)])).latent
+    recached = rollout(model, PromptSchedule([PromptSegment(0, a), PromptSegment(6, b, recache_frames=6)])).latent
+    assert torch.equal(single[:, :, :6], switched[:, :, :6])
+    assert not torch.allclose(single[:, :, 6:], switched[:, :, 6:])
+    assert torch.equal(switched[:, :, :6], recached[:, :, :6])
+    assert not torch.allclose(switched[:, :, 6:], recached[:, :, 6:])
+
+
+def test_prompt_schedule_validation():
+    ctx = tiny_context()
+    with pytest.raises(FastARError, match="frame 0"):
+        PromptSchedule([PromptSegment(3, ctx)])
+    with pytest.raises(FastARError, match="same frame"):
+        PromptSchedule([PromptSegment(0, ctx), PromptSegment(0, ctx)])
+    with pytest.raises(FastARError, match="expected a tensor"):
+        PromptSchedule([PromptSegment(0, ctx[0])])
+
+
+def test_initial_latents_are_kept_and_condition_the_rollout():
+    model = tiny_model()
+    runner = CausalRunner(model)
+    init = torch.randn(1, 16, 3, 4, 4)
+    cfg = RolloutConfig(num_frames=6, latent_height=4, latent_width=4)
+    with_init = ARSampler(runner).generate(tiny_context(), cfg, initial_latents=init).latent
+    assert with_init.shape[2] == 9
+    assert torch.equal(with_init[:, :, :3], init)
+    other = ARSampler(runner).generate(tiny_context(), cfg, initial_latents=init * 0.0).latent
+    assert not torch.allclose(with_init[:, :, 3:], other[:, :, 3:])
+    with pytest.raises(FastARError, match="initial latents"):
+        ARSampler(runner).generate(tiny_context(), cfg, initial_latents=torch.zeros(1, 16, 3, 8, 8))
+
+
+def test_cancel_between_steps_frees_the_cache():
+    model = tiny_model()
+    sampler = ARSampler(CausalRunner(model))
+    built = []
+    original = sampler._build_cache
+
+    def spy(*args):
+        built.append(original(*args))
+        return built[-1]
+
+    sampler._build_cache = spy
+    calls = {"n": 0}
+
+    def cancel():
+        calls["n"] += 1
+        return calls["n"] > 5
+
+    with pytest.raises(GenerationCancelled):
+        sampler.generate(tiny_context(), RolloutConfig(num_frames=12, latent_height=4, latent_width=4), cancel=cancel)
+    assert built[0].k is None, "the cache must be freed on cancellation"
+
+
+def test_bad_inputs_stop_before_running():
+    model = tiny_model()
+    with pytest.raises(FastARError, match="num_frames"):
+        rollout(model, num_frames=0)
+    with pytest.raises(FastARError, match="divisible by the patch size"):
+        rollout(model, latent_height=5)
+    with pytest.raises(FastARError, match="expected \\[batch, tokens, 32\\]"):
+        rollout(model, torch.zeros(1, 8, 7))
+    with pytest.raises(FastARError, match="NaN"):
+        rollout(model, torch.full((1, 8, 32), float("nan")))
+    with pytest.raises(FastARError, match="cache policy"):
+        rollout(model, cache=CacheSpec(policy="lru"))
+    with pytest.raises(FastARError, match="window_frames"):
+        rollout(model, cache=CacheSpec(policy="window", window_frames=1))
+
+
+def test_non_finite_model_output_stops_at_the_first_chunk():
+    model = tiny_model()
+    with torch.no_grad():
+        model.head.head.weight.fill_(float("inf"))
+    reports = []
+    with pytest.raises(FastARError, match="chunk 0 produced NaN"):
+        ARSampler(CausalRunner(model)).generate(
+            tiny_context(), RolloutConfig(num_frames=9, latent_height=4, latent_width=4), callback=reports.append)
+    assert reports == []

@@ -1,0 +1,63 @@
+"""Property tests of TempCache's bookkeeping on synthetic keys."""
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from comfyui_fastar.fastar_core.fastar.config import FastARConfig
+from comfyui_fastar.fastar_core.fastar.tempcache import TempCache
+
+TPF = 4  # tokens per frame (grid 2 x 2)
+H, D = 2, 8
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    threshold=st.floats(0.3, 1.0),
+    capacity=st.integers(3, 9),
+    sink=st.integers(0, 2),
+    frames_per_chunk=st.integers(1, 2),
+    chunks=st.integers(1, 12),
+    representative=st.sampled_from(["last", "mean"]),
+    scope=st.sampled_from(["head", "shared"]),
+)
+def test_tempcache_invariants(seed, threshold, capacity, sink, frames_per_chunk, chunks, representative, scope):
+    if capacity < sink + frames_per_chunk:
+        capacity = sink + frames_per_chunk + 1
+    cfg = FastARConfig(tempcache=True, threshold=threshold, capacity_frames=capacity, sink_frames=sink,
+                       representative=representative, merge_scope=scope)
+    cache = TempCache(cfg, num_layers=1, batch=1, num_heads=H, head_dim=D, grid_hw=(2, 2))
+    g = torch.Generator().manual_seed(seed)
+    pool = torch.randn(1, H, 6, D, generator=g)  # a few recurring "objects" so that merges happen
+    buffers = [(t.shape, t.data_ptr()) for t in (cache.k[0], cache.v[0], cache.count[0], cache.pos[0])]
+    sink_keys = None
+    committed = 0
+    frame = 0
+    for _ in range(chunks):
+        n = frames_per_chunk * TPF
+        pick = torch.randint(0, 6, (n,), generator=g)
+        k = pool[:, :, pick] + 0.05 * torch.randn(1, H, n, D, generator=g)
+        v = torch.randn(1, H, n, D, generator=g)
+        cache.prepare_commit(frame, frames_per_chunk)
+        cache.commit(0, k, v)
+        cache.finish_commit()
+        new_sink_frames = max(0, min(sink, frame + frames_per_chunk) - frame)
+        committed += n - new_sink_frames * TPF
+        frame += frames_per_chunk
+        if sink_keys is None and frame >= sink and sink:
+            sink_keys = cache.k[0][:, :, : sink * TPF].clone()
+
+        count = cache.count[0][:, :, : cache.capacity]
+        live = (count > 0).sum(-1)
+        assert (live <= cache.capacity).all()
+        assert (cache.count[0][:, :, cache.capacity] == 0.0).all()
+        non_sink = count[:, :, cache.sink_tokens:].sum(-1)
+        torch.testing.assert_close(non_sink + cache.evicted_tokens[0], torch.full_like(non_sink, float(committed)))
+        if sink_keys is not None:
+            assert torch.equal(cache.k[0][:, :, : sink * TPF], sink_keys)
+            assert (cache.count[0][:, :, : sink * TPF] == 1).all()
+        assert (cache.pos[0][:, :, : cache.capacity, 0][count > 0] < frame).all()
+        view = cache.view(0, frame, frames_per_chunk)
+        assert torch.isfinite(view.bias[count[:, :, : view.length] > 0]).all()
+    assert buffers == [(t.shape, t.data_ptr()) for t in (cache.k[0], cache.v[0], cache.count[0], cache.pos[0])]
