@@ -33,6 +33,7 @@ DENSITIES = (0.10, 0.20, 0.30, 0.50, 1.00)
 DTYPE = torch.bfloat16
 TARGET_BIAS_RATIO = 1.2
 TARGET_SPARSE_SPEEDUP = 3.0
+WARMUP, REPS = 3, 10
 CORE_BACKENDS = ("triton", "torch")
 COMPILING_BACKENDS = ("flex", "flashinfer")
 # Seconds a step may need (first call autotunes or compiles); a step starts only if this much budget is left.
@@ -75,10 +76,13 @@ def run_kernel_bench(out_dir, *, time_budget_s: float = 270, device: str = "cuda
             f"the kernel bench needs a CUDA GPU (device={device!r}, torch.cuda.is_available()="
             f"{torch.cuda.is_available()}); on CPU run the tests instead: python -m pytest tests/test_kernels_*.py"
         )
+    return measure_all(out_dir, Budget(time_budget_s), torch.device(device))
+
+
+def measure_all(out_dir, budget: Budget, device: torch.device) -> dict:
+    """The whole bench on any device (tests dry-run it on CPU with tiny shapes)."""
     from .dispatch import available_backends, backend_problem
 
-    device = torch.device(device)
-    budget = Budget(time_budget_s)
     dense_names = available_backends(device, "attention", DTYPE)
     sparse_names = available_backends(device, "sparse_attention", DTYPE)
     report = Report(
@@ -148,7 +152,7 @@ class _SparseCase:
         k_codes = torch.randint(0, self.buckets, (BATCH, HEADS, dense.n_keys), device=device)
         start = time.perf_counter()
         self.layout = build_sparse_layout(q_codes, k_codes, n_dense=self.n_dense)
-        torch.cuda.synchronize()
+        _synchronize(device)
         self.layout_ms = 1e3 * (time.perf_counter() - start)
         self.reference = _masked_reference(dense.q, dense.k, dense.v, dense.bias, q_codes, k_codes, self.n_dense)
 
@@ -234,9 +238,10 @@ def _measure_lsh(report, budget, device):
     if budget.left() < STEP_COST_S["triton"] or "triton" not in report["backends"]["attention"]:
         report.skip("lsh", "time budget exhausted or triton unavailable")
         return
-    x = torch.randn(BATCH, HEADS, 37440, HEAD_DIM, device=device, dtype=DTYPE)
+    tokens = KEY_COUNTS[-1]
+    x = torch.randn(BATCH, HEADS, tokens, HEAD_DIM, device=device, dtype=DTYPE)
     planes = torch.randn(HEADS, HEAD_DIM, 4 * 8, device=device)
-    row = {"tokens": 37440, "bits": 8, "tables": 4}
+    row = {"tokens": tokens, "bits": 8, "tables": 4}
     try:
         codes = {name: lsh_codes(x, planes, bits=8, backend=name) for name in ("torch", "triton")}
         row["mismatch_fraction"] = float((codes["torch"] != codes["triton"]).float().mean())
@@ -303,20 +308,31 @@ def _flash_sdpa(q, k, v):
         return F.scaled_dot_product_attention(q, k, v)
 
 
-def _time_ms(fn, warmup: int = 3, reps: int = 10) -> float:
-    """Median of CUDA-event timings after warm-up (the first calls autotune or compile)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
+def _time_ms(fn) -> float:
+    """Median of CUDA-event timings after warm-up (the first calls autotune or compile); wall clock off CUDA."""
+    for _ in range(WARMUP):
+        out = fn()
+    device = out.device if isinstance(out, torch.Tensor) else torch.device("cpu")
+    _synchronize(device)
     times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
+    for _ in range(REPS):
+        if device.type == "cuda":
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+        else:
+            begin = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - begin))
     return statistics.median(times)
+
+
+def _synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _max_err(out, reference) -> float:
@@ -324,7 +340,7 @@ def _max_err(out, reference) -> float:
 
 
 def _targets(report) -> dict:
-    ratios = {r["keys"]: r.get("ratio_vs_flash_no_bias") for r in report["dense"] if r["backend"] == "triton"}
+    ratios = {str(r["keys"]): r.get("ratio_vs_flash_no_bias") for r in report["dense"] if r["backend"] == "triton"}
     worst = max((x for x in ratios.values() if x is not None), default=None)
     sparse20 = [r for r in report["sparse"] if r["backend"] == "triton" and r["target_density"] == 0.20]
     speedup = sparse20[0].get("speedup_vs_flash_dense") if sparse20 else None
@@ -339,7 +355,8 @@ def _targets(report) -> dict:
 
 
 def _environment(device) -> dict:
-    env = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda}
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    env = {"torch": torch.__version__, "gpu": gpu, "cuda": torch.version.cuda}
     for package in ("triton", "flashinfer"):
         try:
             env[package] = __import__(package).__version__
