@@ -1,0 +1,74 @@
+"""The command line: ``fastar info`` and ``fastar generate`` on a tiny checkpoint."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+from comfyui_fastar.fastar_core.cli import main
+
+from helpers import tiny_model
+
+
+@pytest.fixture()
+def ckpt(tmp_path):
+    path = tmp_path / "tiny_ar.safetensors"
+    save_checkpoint(tiny_model(), path, dtype=torch.float32)
+    return path
+
+
+def test_info_prints_family_config_dtype_parameters_prefix(ckpt, capsys):
+    assert main(["info", str(ckpt)]) == 0
+    out = capsys.readouterr().out
+    for phrase in ("custom", "dim 64", "2 heads x 32", "float32", "parameters", "prefix stripped: (none)"):
+        assert phrase in out
+    assert main(["info", str(ckpt), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["config"]["num_layers"] == 2 and summary["parameters"] > 0
+
+
+def test_info_refuses_a_bad_file_with_one_line(tmp_path, capsys):
+    bad = tmp_path / "vae.safetensors"
+    save_file({"decoder.weight": torch.zeros(2)}, str(bad))
+    assert main(["info", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fastar: error:") and "not a Wan2.1" in err and len(err.splitlines()) == 1
+
+
+def test_generate_writes_latent_and_chunk_stats(ckpt, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["generate", "--checkpoint", str(ckpt), "--frames", "9", "--height", "64", "--width", "64",
+            "--out", str(out), "--cache", "window", "--window", "3", "--seed", "3", "--device", "cpu"]
+    assert main(args) == 0
+    assert "seeded random stand-in" in capsys.readouterr().out
+    latent = load_file(str(out / "latent.safetensors"))["latent"]
+    assert latent.shape == (1, 16, 9, 8, 8)
+    stats = json.loads((out / "stats.json").read_text())
+    assert [c["index"] for c in stats["chunks"]] == [0, 1, 2]
+    for chunk in stats["chunks"]:
+        assert {"index", "frames", "seconds", "cache_bytes"} <= set(chunk)
+    assert stats["conditioning"].startswith("seeded random")
+
+
+def test_generate_with_fastar_reports_groups_density_and_recall(ckpt, tmp_path):
+    cond = tmp_path / "cond.safetensors"
+    save_file({"context": torch.cat([torch.randn(1, 5, 32), torch.zeros(1, 11, 32)], dim=1)}, str(cond))
+    out = tmp_path / "fastar"
+    args = ["generate", "--checkpoint", str(ckpt), "--frames", "12", "--height", "64", "--width", "64",
+            "--cond", str(cond), "--out", str(out), "--fastar", "balanced", "--capacity", "6", "--measure",
+            "--device", "cpu"]
+    assert main(args) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["fastar"]["tempcache"] and stats["cache"] == "tempcache"
+    late = stats["chunks"][-1]
+    assert len(late["groups"]) == 2
+    assert 0 < late["density"] <= 1 and 0 < late["recall"] <= 1
+
+
+def test_generate_rejects_bad_sizes(ckpt, tmp_path, capsys):
+    args = ["generate", "--checkpoint", str(ckpt), "--frames", "3", "--height", "60", "--width", "64",
+            "--out", str(tmp_path / "x"), "--device", "cpu"]
+    assert main(args) == 2
+    assert "multiples of 16" in capsys.readouterr().err
