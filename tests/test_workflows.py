@@ -1,0 +1,200 @@
+"""Every workflow in workflows/ is a valid ComfyUI UI-format graph of nodes that exist, with matching widgets
+and well-typed links, naming the model files it needs the way ComfyUI templates do."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS
+
+WORKFLOWS = sorted((Path(__file__).resolve().parents[1] / "workflows").glob("*.json"))
+# ComfyUI serves a pack's example_workflows/, example/, examples/, workflow/ or workflows/ folder as templates
+# (app/custom_node_manager.py); ours is workflows/.
+TEMPLATE_FOLDERS = ("example_workflows", "example", "examples", "workflow", "workflows")
+FRONTEND_ONLY = {"MarkdownNote": ["text"], "Note": ["text"]}
+FILE_WIDGETS = {"model_name": "diffusion_models", "lora_name": "loras", "clip_name": "text_encoders",
+                "vae_name": "vae", "unet_name": "diffusion_models"}
+
+
+def w(name, kind, **opts):
+    return (name, kind, opts)
+
+
+def s(name, kind, optional=False):
+    return (name, kind, {"socket": True, "optional": optional})
+
+
+# The core nodes the workflows use, as ComfyUI 0.3.64's /object_info describes them (input order matters).
+CORE_NODES = {
+    "CLIPLoader": ([w("clip_name", "COMBO"), w("type", "COMBO", options=["wan"]),
+                    w("device", "COMBO", options=["default", "cpu"])], ["CLIP"]),
+    "CLIPTextEncode": ([w("text", "STRING"), s("clip", "CLIP")], ["CONDITIONING"]),
+    "VAELoader": ([w("vae_name", "COMBO")], ["VAE"]),
+    "VAEDecode": ([s("samples", "LATENT"), s("vae", "VAE")], ["IMAGE"]),
+    "CreateVideo": ([s("images", "IMAGE"), w("fps", "FLOAT", min=1.0, max=120.0), s("audio", "AUDIO", True)],
+                    ["VIDEO"]),
+    "SaveVideo": ([s("video", "VIDEO"), w("filename_prefix", "STRING"), w("format", "COMBO", options=["auto", "mp4"]),
+                   w("codec", "COMBO", options=["auto", "h264"])], []),
+    "PreviewAny": ([s("source", "*")], []),
+    "LoadImage": ([w("image", "COMBO", upload=True)], ["IMAGE", "MASK"]),
+    "EmptyHunyuanLatentVideo": ([w("width", "INT", min=16, max=16384), w("height", "INT", min=16, max=16384),
+                                 w("length", "INT", min=1, max=16384), w("batch_size", "INT", min=1, max=4096)],
+                                ["LATENT"]),
+    "SamplerCustomAdvanced": ([s("noise", "NOISE"), s("guider", "GUIDER"), s("sampler", "SAMPLER"),
+                               s("sigmas", "SIGMAS"), s("latent_image", "LATENT")], ["LATENT", "LATENT"]),
+    "CFGGuider": ([s("model", "MODEL"), s("positive", "CONDITIONING"), s("negative", "CONDITIONING"),
+                   w("cfg", "FLOAT", min=0.0, max=100.0)], ["GUIDER"]),
+    "BasicScheduler": ([s("model", "MODEL"), w("scheduler", "COMBO", options=["simple", "sgm_uniform", "karras"]),
+                        w("steps", "INT", min=1, max=10000), w("denoise", "FLOAT", min=0.0, max=1.0)], ["SIGMAS"]),
+    "RandomNoise": ([w("noise_seed", "INT", min=0, max=2**64 - 1, seed=True)], ["NOISE"]),
+}
+
+
+def pack_node(node_type):
+    cls = NODE_CLASS_MAPPINGS[node_type]
+    spec = cls.INPUT_TYPES()
+    inputs = []
+    for section in ("required", "optional"):
+        for name, (kind, *rest) in spec.get(section, {}).items():
+            opts = rest[0] if rest else {}
+            if isinstance(kind, list):
+                options = kind if name not in FILE_WIDGETS else None
+                inputs.append(w(name, "COMBO", options=options))
+            elif kind in ("INT", "FLOAT", "STRING", "BOOLEAN"):
+                inputs.append(w(name, kind, min=opts.get("min"), max=opts.get("max"),
+                                seed=bool(opts.get("control_after_generate"))))
+            else:
+                inputs.append(s(name, kind, section == "optional"))
+    return inputs, list(cls.RETURN_TYPES)
+
+
+def node_spec(node_type):
+    if node_type in NODE_CLASS_MAPPINGS:
+        return pack_node(node_type)
+    if node_type in CORE_NODES:
+        return CORE_NODES[node_type]
+    raise AssertionError(f"node type {node_type} is neither ours nor in the list of core nodes the workflows use")
+
+
+def accepts(input_type, link_type):
+    if input_type == "*":
+        return True
+    return bool({t.strip() for t in input_type.split(",")} & {t.strip() for t in link_type.split(",")})
+
+
+def check_widgets(node, inputs):
+    values = list(node.get("widgets_values") or [])
+    i = 0
+    for name, kind, opts in inputs:
+        if opts.get("socket"):
+            continue
+        assert i < len(values), f"node {node['id']} {node['type']}: no value for widget {name}"
+        value = values[i]
+        where = f"node {node['id']} {node['type']}.{name} = {value!r}"
+        if kind == "COMBO":
+            assert isinstance(value, str), where
+            if opts.get("options"):
+                assert value in opts["options"], where
+        elif kind in ("INT", "FLOAT"):
+            assert isinstance(value, (int, float)) and not isinstance(value, bool), where
+            if kind == "INT":
+                assert isinstance(value, int), where
+            if opts.get("min") is not None:
+                assert opts["min"] <= value <= opts["max"], where
+        elif kind == "STRING":
+            assert isinstance(value, str), where
+        i += 1
+        if opts.get("seed"):
+            assert values[i] in ("fixed", "increment", "decrement", "randomize"), f"{where}: control value"
+            i += 1
+        if opts.get("upload"):
+            i += 1  # the upload button's value
+    assert i == len(values), f"node {node['id']} {node['type']}: {len(values)} widget values for {i} widgets"
+
+
+def widget_value(node, inputs, wanted):
+    i = 0
+    for name, _, opts in inputs:
+        if opts.get("socket"):
+            continue
+        if name == wanted:
+            return node["widgets_values"][i]
+        i += 1 + bool(opts.get("seed")) + bool(opts.get("upload"))
+    return None
+
+
+def check_models(node, inputs):
+    listed = {m["name"]: m for m in node.get("properties", {}).get("models", [])}
+    for name, folder in FILE_WIDGETS.items():
+        value = widget_value(node, inputs, name)
+        if value is None or value == "none":
+            continue
+        assert value in listed, f"node {node['id']} {node['type']}: {value} is not named in properties.models"
+        model = listed[value]
+        assert model["directory"] == folder, f"{value} belongs in models/{folder}"
+        assert model["url"].startswith("https://huggingface.co/"), model["url"]
+
+
+def check_wan_sizes(node, inputs):
+    if node["type"] not in ("FastAR_LongVideoSampler", "FastAR_ImageToVideo", "EmptyHunyuanLatentVideo"):
+        return
+    length = widget_value(node, inputs, "length")
+    assert (length - 1) % 4 == 0, f"node {node['id']}: length {length} is not 4k+1"
+    for name in ("width", "height"):
+        assert widget_value(node, inputs, name) % 16 == 0, f"node {node['id']}: {name} not a multiple of 16"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=[p.name for p in WORKFLOWS])
+def test_workflow_is_valid(path):
+    wf = json.loads(path.read_text())
+    assert wf["version"] == 0.4 and isinstance(wf["nodes"], list) and isinstance(wf["links"], list)
+    nodes = {n["id"]: n for n in wf["nodes"]}
+    assert len(nodes) == len(wf["nodes"]), "node ids must be unique"
+    assert wf["last_node_id"] >= max(nodes) and wf["last_link_id"] >= max(link[0] for link in wf["links"])
+    specs = {}
+    for node in wf["nodes"]:
+        assert node["properties"].get("Node name for S&R", node["type"]) == node["type"]
+        if node["type"] in FRONTEND_ONLY:
+            assert len(node["widgets_values"]) == len(FRONTEND_ONLY[node["type"]])
+            continue
+        inputs, outputs = node_spec(node["type"])
+        specs[node["id"]] = (inputs, outputs)
+        check_widgets(node, inputs)
+        check_models(node, inputs)
+        check_wan_sizes(node, inputs)
+        sockets = {name: (kind, opts) for name, kind, opts in inputs if opts.get("socket")}
+        widgets = {name for name, _, opts in inputs if not opts.get("socket")}
+        for slot in node.get("inputs", []):
+            if "widget" in slot:
+                assert slot["widget"]["name"] in widgets, f"node {node['id']}: {slot['name']} is not a widget"
+            else:
+                assert slot["name"] in sockets, f"node {node['id']} {node['type']} has no input {slot['name']}"
+                assert slot["type"] == sockets[slot["name"]][0], f"node {node['id']}.{slot['name']} type"
+        connected = {slot["name"] for slot in node.get("inputs", []) if slot.get("link") is not None}
+        for name, (_, opts) in sockets.items():
+            assert opts["optional"] or name in connected, f"node {node['id']} {node['type']}: {name} not connected"
+        assert [o["type"] for o in node.get("outputs", [])] == outputs, f"node {node['id']} outputs"
+
+    for link_id, origin, origin_slot, target, target_slot, link_type in wf["links"]:
+        src, dst = nodes[origin], nodes[target]
+        out = src["outputs"][origin_slot]
+        into = dst["inputs"][target_slot]
+        assert out["type"] == link_type and link_id in out["links"], f"link {link_id} origin"
+        assert into["link"] == link_id, f"link {link_id} target"
+        assert accepts(into["type"], link_type), f"link {link_id}: {link_type} into {dst['type']}.{into['name']}"
+
+    types = {n["type"] for n in wf["nodes"]}
+    assert types & {"SaveVideo", "FastAR_SaveLongVideo"}, "a workflow ends in a saved video"
+    if "FastAR_LongVideoSampler" in types:
+        reports = [link for link in wf["links"] if nodes[link[1]]["type"] == "FastAR_LongVideoSampler" and link[2] == 1]
+        assert reports and all(nodes[link[3]]["type"] == "PreviewAny" for link in reports), "show the report"
+
+
+def test_workflows_cover_the_advertised_uses_and_are_served_as_templates():
+    names = {p.stem for p in WORKFLOWS}
+    assert {"fastar_long_text_to_video", "fastar_ab_dense_vs_fastar", "fastar_prompt_schedule",
+            "fastar_image_to_video", "fastar_custom_sampler"} <= names
+    assert WORKFLOWS and WORKFLOWS[0].parent.name in TEMPLATE_FOLDERS
+    used = {n["type"] for p in WORKFLOWS for n in json.loads(p.read_text())["nodes"]}
+    assert set(NODE_CLASS_MAPPINGS) <= used, f"nodes without an example: {set(NODE_CLASS_MAPPINGS) - used}"
