@@ -74,7 +74,7 @@ def build_report(*, model, result, settings, fastar: FastARConfig, tempcache: bo
         f"{str(model.dtype).replace('torch.', '')} on {model.device}",
         f"video     : {video_frames} frames = {total} latent frames"
         + (f" ({n_init} from the start image, {generated} generated)" if n_init else "")
-        + f", {width}x{height}, {len(chunks)} chunks of up to {settings.frames_per_block}",
+        + f", {width}x{height}, {len(chunks)} chunk(s) of up to {settings.frames_per_block} latent frames",
         f"sampling  : {schedule_text} | mode {mode} | seed {settings.seed} | context noise {settings.context_noise}",
         f"prompts   : {prompts}",
         f"cache     : {policy} | peak live {mib(peak)}"
