@@ -281,11 +281,15 @@ with torch.no_grad():
     streamed = torch.cat([stream.decode(z[:, :, i:i + 2]) for i in range(0, 5, 2)], 2).movedim(1, -1)
     out["decode_shapes"] = [list(full.shape), list(streamed.shape)]
     out["decode_max_abs_diff"] = float((full.float() - streamed.float()).abs().max())
+    from comfy.cli_args import LatentPreviewMethod
+    args.preview_method = LatentPreviewMethod.Latent2RGB  # what --preview-method auto selects
+    kind, image, _ = get_host().previewer(patcher)(torch.randn(1, 16, 1, 4, 6, generator=g))
+    out["preview"] = [kind, list(image.size)]
 print("RESULT " + json.dumps(out))
 """
 
 
-def test_runner_matches_comfyuis_wan_forward_and_streaming_decode_is_exact(tmp_path):
+def test_runner_matches_comfyuis_wan_forward_streaming_decode_is_exact_previews_work(tmp_path):
     script = tmp_path / "in_process_check.py"
     script.write_text(IN_PROCESS_CHECK)
     done = subprocess.run([host_python(), str(script), str(ROOT), TINY_MODEL, RANDOM_VAE], cwd=COMFYUI_DIR,
@@ -299,3 +303,4 @@ def test_runner_matches_comfyuis_wan_forward_and_streaming_decode_is_exact(tmp_p
     assert result["forward_max_abs_diff"] <= 1e-4 * max(1.0, result["forward_max_abs"])
     assert result["decode_shapes"][0] == result["decode_shapes"][1] == [1, 17, 32, 48, 3]
     assert result["decode_max_abs_diff"] == 0.0
+    assert result["preview"] == ["JPEG", [6, 4]], "a finished chunk's preview image"
