@@ -165,6 +165,7 @@ def test_workflow_is_valid(path):
         check_wan_sizes(node, inputs)
         sockets = {name: (kind, opts) for name, kind, opts in inputs if opts.get("socket")}
         widgets = {name for name, _, opts in inputs if not opts.get("socket")}
+        widgets |= {"upload" for _, _, opts in inputs if opts.get("upload")}  # the editor's upload button
         for slot in node.get("inputs", []):
             if "widget" in slot:
                 assert slot["widget"]["name"] in widgets, f"node {node['id']}: {slot['name']} is not a widget"
