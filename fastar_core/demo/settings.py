@@ -1,7 +1,7 @@
 """The demo model's fixed choices, shared by the trainer, the loader and the evaluator.
 
-The "latent" is the RGB video itself (no VAE exists here): 32x32 frames, 3 channels in [-1, 1], cut into 4x4
-patches, so one latent frame is 64 tokens and a 240-frame rollout stays cheap on a CPU.
+The "latent" is the RGB video itself (no VAE exists here): 24x24 frames, 3 channels in [-1, 1], cut into 4x4
+patches, so one latent frame is 36 tokens and a 240-frame rollout stays cheap on a CPU.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ MODEL_CONFIG = WanConfig(
     freq_dim=64, text_len=TEXT_LEN, patch_size=(1, 4, 4),
 )
 FRAMES_PER_BLOCK = 3
-# Few steps as in the distilled AR models, but unshifted: 32x32 frames need no shift towards high noise.
+# Few steps as in the distilled AR models, but unshifted: 24x24 frames need no shift towards high noise.
 DEMO_SIGMAS = (1.0, 0.75, 0.5, 0.25)
 TRAIN_CLIP_FRAMES = 21  # 7 chunks: covers a sink-3 + window-12 cache plus the chunk being denoised
 # Temporal RoPE distances past the trained span are clamped to the longest distance seen in training.

@@ -39,6 +39,10 @@ from .weights_io import save_demo_weights
 from .world import CHANNELS
 
 STATE_FILE = "train_state.pt"
+
+
+def _print_now(message: str) -> None:
+    print(message, flush=True)  # runs are often logged to a file under nohup
 LOSS_FILE = "loss.json"
 
 
@@ -76,7 +80,7 @@ def init_models(seed: int, vocabulary: list) -> tuple[WanModel, TextEncoder]:
 
 
 class Trainer:
-    def __init__(self, out_dir: Path, recipe: TrainRecipe, seed: int, log=print):
+    def __init__(self, out_dir: Path, recipe: TrainRecipe, seed: int, log=_print_now):
         self.out_dir = out_dir
         self.recipe = recipe
         self.seed = seed
@@ -171,7 +175,7 @@ class Trainer:
 
 def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, seed: int = 0,
                threads: int | None = 2, resume: bool = True, checkpoint_minutes: float = 10.0,
-               report: bool = True, batch: int | None = None, log=print) -> dict:
+               report: bool = True, batch: int | None = None, log=_print_now) -> dict:
     """Train (or resume) the demo model into ``out_dir``; returns a summary dict.
 
     ``steps`` fixes the run (and its LR schedule); ``minutes`` caps the wall time (total over resumes).

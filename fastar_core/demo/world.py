@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-FRAME_SIZE = 32
+FRAME_SIZE = 24  # 36 tokens per frame with 4x4 patches: small enough to train and roll out on a CPU
 CHANNELS = 3
 SUPERSAMPLE = 4  # anti-aliased edges, so sub-pixel motion shows in the pixels
 
@@ -32,9 +32,9 @@ PALETTE = {
 SHAPES = ("circle", "square", "triangle", "diamond")
 # Muted base tones of the background (grey-green, sand, slate, clay, stone).
 BACKGROUND_TONES = ((0.42, 0.46, 0.40), (0.52, 0.48, 0.40), (0.38, 0.42, 0.48), (0.50, 0.42, 0.40), (0.45, 0.45, 0.45))
-BACKGROUND_CONTRAST = 0.10  # peak luminance deviation of the texture, in [0, 1] units
-SIZE_WORDS = {"small": (2.6, 3.4), "big": (4.0, 5.0)}  # sprite radius ranges in pixels (32-pixel frame)
-SPEED_WORDS = {"slowly": (0.45, 0.8), "quickly": (1.0, 1.5)}  # pixels per frame
+BACKGROUND_CONTRAST = 0.16  # peak luminance deviation of the texture, in [0, 1] units
+SIZE_WORDS = {"small": (0.10, 0.12), "big": (0.15, 0.18)}  # sprite radius ranges, in frame widths
+SPEED_WORDS = {"slowly": (0.015, 0.027), "quickly": (0.033, 0.05)}  # frame widths per frame
 PROMPT_HORIZON = 12  # a prompt says "bounces" when a sprite hits an edge within this many frames
 
 
@@ -127,6 +127,13 @@ class Scene:
             frames = frames * (1 - coverage) + colour * coverage
         return frames
 
+    def sprite_areas(self) -> dict:
+        """Each sprite's area in pixels when nothing covers it (its anti-aliased coverage summed)."""
+        n = self.size * SUPERSAMPLE
+        grid = (torch.arange(n, dtype=torch.float64) + 0.5) / SUPERSAMPLE
+        dx, dy = grid[None, :] - self.size / 2, grid[:, None] - self.size / 2
+        return {sp.colour: float(_inside(sp.shape, dx, dy, sp.radius).sum()) / SUPERSAMPLE**2 for sp in self.sprites}
+
     def prompt(self, long: bool = False) -> str:
         """What happens, in the demo vocabulary; the long form pads it with filler words (prunable tokens)."""
         phrases = [sp.phrase(self.size) for sp in self.sprites]
@@ -176,12 +183,11 @@ def make_scene(seed: int, size: int = FRAME_SIZE, num_sprites: int | None = None
     n = int(num_sprites if num_sprites is not None else rng.integers(1, 4))
     colours = rng.choice(list(PALETTE), size=n, replace=False)
     sprites = []
-    scale = size / FRAME_SIZE
     for colour in colours:
         size_word = str(rng.choice(list(SIZE_WORDS)))
         speed_word = str(rng.choice(list(SPEED_WORDS)))
-        radius = float(rng.uniform(*SIZE_WORDS[size_word])) * scale
-        speed = float(rng.uniform(*SPEED_WORDS[speed_word])) * scale
+        radius = float(rng.uniform(*SIZE_WORDS[size_word])) * size
+        speed = float(rng.uniform(*SPEED_WORDS[speed_word])) * size
         angle = float(rng.uniform(0, 2 * math.pi))
         sprites.append(Sprite(
             shape=str(rng.choice(SHAPES)), colour=str(colour), size=size_word, speed=speed_word, radius=radius,

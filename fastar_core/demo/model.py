@@ -1,0 +1,135 @@
+"""Loading the bundled demo model, and the small helpers a demo rollout needs.
+
+``load_demo_model()`` returns a ``DemoModel``: the Wan module tree, the text encoder, the world's frame format,
+the recommended rollout settings stored in the weights file, ``encode_prompt`` and ``render_start`` (a rendered
+start chunk to continue from, image-to-video, which is how the demo model is meant to run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..attention import DenseAttention
+from ..checkpoint import load_wan_model
+from ..errors import FastARError
+from ..kv_cache import CacheSpec
+from ..runner import CausalRunner
+from ..sampler import ARSampler, RolloutConfig, RolloutResult
+from ..schedule import DenoisingSchedule, custom_schedule
+from ..wan_model import WanModel
+from .settings import WEIGHTS_DIR, WEIGHTS_FILE
+from .text import PromptEncoder, TextEncoder, Tokenizer
+from .weights_io import read_text_encoder_state
+from .world import Scene, make_scene
+
+
+def default_weights_path() -> Path:
+    return WEIGHTS_DIR / WEIGHTS_FILE
+
+
+@dataclass
+class StartChunk:
+    latents: torch.Tensor  # [1, C, T, H, W] rendered frames in [-1, 1]
+    prompt: str
+    scene: Scene
+
+
+@dataclass
+class DemoModel:
+    model: WanModel
+    text_encoder: TextEncoder
+    tokenizer: Tokenizer
+    frame_size: tuple  # (height, width) of a latent frame (the latent is the RGB video itself)
+    channels: int
+    frames_per_block: int
+    schedule: DenoisingSchedule
+    rope_max_distance: int
+    context_noise: float
+    trained_span_frames: int
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.head.head.weight.device
+
+    @property
+    def rollout_settings(self) -> dict:
+        """What the model was trained for; pass these to the sampler."""
+        return {"frames_per_block": self.frames_per_block, "schedule": self.schedule,
+                "rope_max_distance": self.rope_max_distance, "context_noise": self.context_noise,
+                "channels": self.channels, "latent_height": self.frame_size[0], "latent_width": self.frame_size[1]}
+
+    @torch.no_grad()
+    def encode_prompt(self, text: str) -> torch.Tensor:
+        """``[1, text_len, text_dim]`` conditioning, rows past the prompt exactly zero."""
+        return PromptEncoder(self.tokenizer, self.text_encoder)(text).to(self.device)
+
+    def render_start(self, seed: int, frames: int = 3, long_prompt: bool = False) -> StartChunk:
+        """The first ``frames`` frames of the world's scene ``seed`` as latents, with the scene's prompt."""
+        scene = make_scene(seed, self.frame_size[0])
+        latents = scene.render(frames).permute(1, 0, 2, 3)[None].to(self.device)
+        return StartChunk(latents, scene.prompt(long=long_prompt), scene)
+
+    def attention(self) -> DenseAttention:
+        """The dense reference seam with temporal RoPE distances clamped to the trained span."""
+        return DenseAttention(rope_max_distance=self.rope_max_distance)
+
+    def runner(self, attention=None) -> CausalRunner:
+        return CausalRunner(self.model, attention=attention or self.attention())
+
+    def rollout_config(self, num_frames: int, cache: CacheSpec | None = None, seed: int = 0) -> RolloutConfig:
+        return RolloutConfig(
+            num_frames=num_frames, latent_height=self.frame_size[0], latent_width=self.frame_size[1],
+            frames_per_block=self.frames_per_block, schedule=self.schedule, seed=seed, cache=cache or CacheSpec(),
+            context_noise=self.context_noise, channels=self.channels,
+        )
+
+    def generate(self, start: StartChunk, num_frames: int, cache: CacheSpec | None = None, seed: int = 0,
+                 attention=None, **kw) -> RolloutResult:
+        """Continue ``start`` by ``num_frames`` latent frames with the engine's sampler (dense by default)."""
+        sampler = ARSampler(self.runner(attention))
+        return sampler.generate(self.encode_prompt(start.prompt), self.rollout_config(num_frames, cache, seed),
+                                initial_latents=start.latents, **kw)
+
+
+def load_demo_model(path=None, device="cpu") -> DemoModel:
+    """Load the bundled demo model (or another file written by ``train_demo``) in fp32."""
+    path = Path(path) if path is not None else default_weights_path()
+    if not path.is_file():
+        raise FastARError(f"{path}: no demo weights here; train them with `fastar train-demo --out <folder>`")
+    model, info = load_wan_model(path, dtype="fp32", device=device)
+    meta = info.metadata.get("demo")
+    if not isinstance(meta, dict):
+        raise FastARError(f"{path}: not a demo model file (no 'demo' metadata)")
+    tokenizer = Tokenizer(meta["vocabulary"], meta["text_len"])
+    encoder = TextEncoder(len(tokenizer.vocabulary), model.config.text_dim, meta["text_len"])
+    encoder.load_state_dict({k: v.float() for k, v in read_text_encoder_state(path).items()})
+    encoder = encoder.to(device).eval().requires_grad_(False)
+    return DemoModel(
+        model=model, text_encoder=encoder, tokenizer=tokenizer, frame_size=tuple(meta["frame_size"]),
+        channels=meta["channels"], frames_per_block=meta["frames_per_block"],
+        schedule=custom_schedule(meta["schedule"]), rope_max_distance=meta["rope_max_distance"],
+        context_noise=meta.get("context_noise", 0.0), trained_span_frames=meta["trained_span_frames"], metadata=meta,
+    )
+
+
+def latents_to_uint8(latent: torch.Tensor) -> np.ndarray:
+    """``[1, C, T, H, W]`` or ``[C, T, H, W]`` latents in [-1, 1] -> ``[T, H, W, 3]`` uint8 RGB frames."""
+    if latent.ndim == 5:
+        latent = latent[0]
+    frames = ((latent.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return frames.permute(1, 2, 3, 0).numpy()
+
+
+def frames_to_latents(frames: torch.Tensor) -> torch.Tensor:
+    """World frames ``[T, 3, H, W]`` -> the model's latent layout ``[1, 3, T, H, W]``."""
+    return frames.permute(1, 0, 2, 3)[None]
+
+
+def latents_to_frames(latent: torch.Tensor) -> torch.Tensor:
+    """``[1, 3, T, H, W]`` -> ``[T, 3, H, W]`` (the world's and the evaluator's layout)."""
+    return latent[0].permute(1, 0, 2, 3)
