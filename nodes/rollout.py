@@ -116,10 +116,11 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
 
     def on_chunk(report):
         nonlocal preview
+        x0, report.x0 = report.x0, None  # the result keeps every report: drop its device copy of the chunk
         if preview is None:
             return
         try:
-            image = preview(report.x0[:, :, -1:])  # the chunk's newest frame
+            image = preview(x0[:, :, -1:])  # the chunk's newest frame
         except Exception:  # a preview must never end a long run
             preview, image = None, None
         bar.update_absolute(done[0], None, image)

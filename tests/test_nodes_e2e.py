@@ -23,7 +23,7 @@ from comfyui_fastar.nodes.standalone import NeedsComfyUI, StandaloneHost, Standa
 
 TINY = WanConfig(dim=64, num_heads=2, num_layers=2, ffn_dim=128, text_dim=32, freq_dim=32)
 SIZE = 32  # pixels: a 4x4 latent, 2x2 tokens per frame
-LENGTH = 25  # video frames: 7 latent frames, 3 chunks of up to 3
+LENGTH = 13  # video frames: 4 latent frames, chunks of 3 + 1
 
 
 @pytest.fixture()
@@ -81,14 +81,14 @@ def test_loader_lists_files_and_patch_clones(host, model):
 
 def test_load_patch_schedule_sample_report(host, model):
     schedule = NODES["FastAR_PromptSchedule"]().build(cond(1), recache_frames=2, conditioning_2=cond(2),
-                                                       start_frame_2=13, start_frame_3=1, start_frame_4=1)[0]
+                                                       start_frame_2=9, start_frame_3=1, start_frame_4=1)[0]
     latent, report = sample(patch(model), schedule)
-    assert latent.shape == (1, 16, 7, 4, 4) and torch.isfinite(latent).all()
-    assert "tempcache (sink 3" in report and "prompt 2 from latent frame 4 (recache 2)" in report
+    assert latent.shape == (1, 16, 4, 4, 4) and torch.isfinite(latent).all()
+    assert "tempcache (sink 3" in report and "prompt 2 from latent frame 3 (recache 2)" in report
     assert "density" in report and "ca_kept" in report and "latent frames/s" in report
-    assert len([line for line in report.splitlines() if line.strip().startswith(("0 ", "1 ", "2 "))]) == 3
+    assert len([line for line in report.splitlines() if line.strip().startswith(("0 ", "1 "))]) == 2
     done, total, _ = host.progress_log[-1]
-    assert done == total == 3 * (4 + 1)
+    assert done == total == 2 * (4 + 1)
 
 
 def test_same_seed_same_video_and_dense_policies(host, model):
@@ -171,12 +171,12 @@ def test_latent_space_conversion_and_image_to_video(host, model):
 
     image = torch.rand(1, 40, 48, 3)
     positive, empty = NODES["FastAR_ImageToVideo"]().encode(cond(), FakeVAE(), image, SIZE, SIZE, LENGTH)
-    assert empty["samples"].shape == (1, 16, 7, 4, 4) and not empty["samples"].any()
+    assert empty["samples"].shape == (1, 16, 4, 4, 4) and not empty["samples"].any()
     start = positive[0][1]["fastar_initial_latent"]
     assert start.shape == (1, 16, 1, 4, 4)
     latent, report = sample(scaled, positive)
     assert torch.allclose(latent[:, :, :1], start, atol=1e-5), "frame 0 is the start image, back in VAE space"
-    assert "1 from the start image, 6 generated" in report
+    assert "1 from the start image, 3 generated" in report
     assert not torch.allclose(latent[:, :, 1:], converted[:, :, 1:]), "later frames continue from the image"
     with pytest.raises(FastARError, match="same width and height"):
         sample(scaled, positive, width=48)
@@ -201,7 +201,7 @@ def fake_custom_sampling(model, positive_tensor, cfg=1.0):
 def test_sampler_function_uses_the_given_sigmas_and_noise(host, model):
     reference, _ = sample(model, cond(), seed=5)
     sigmas = torch.tensor([1.0, 0.9375, 0.8333333, 0.625, 0.0])
-    noise = engine_noise(5, chunk_plan(0, 7, 3), (1, 16, 7, 4, 4))
+    noise = engine_noise(5, chunk_plan(0, 4, 3), (1, 16, 4, 4, 4))
     out = sample_ar_video(fake_custom_sampling(model, cond()[0][0]), noise, sigmas, extra_args={"seed": 5},
                           frames_per_block=3)
     assert torch.allclose(out, reference, atol=1e-5), "the engine's own noise given as NOISE reproduces the node"
@@ -211,6 +211,12 @@ def test_sampler_function_uses_the_given_sigmas_and_noise(host, model):
     short = sample_ar_video(fake_custom_sampling(model, cond()[0][0]), noise, torch.tensor([1.0, 0.5]),
                             extra_args={"seed": 5})
     assert torch.isfinite(short).all() and short.shape == noise.shape
+
+    start = torch.rand(1, 16, 1, 4, 4)
+    with_image = fake_custom_sampling(model, cond()[0][0])
+    with_image.inner_model.conds["positive"][0]["fastar_initial_latent"] = start
+    continued = sample_ar_video(with_image, noise, sigmas, extra_args={"seed": 5})
+    assert torch.allclose(continued[:, :, :1], start) and not torch.allclose(continued[:, :, 1:], reference[:, :, 1:])
 
     schedule = NODES["FastAR_PromptSchedule"]().build(cond(7))[0]
     scheduled = sample_ar_video(fake_custom_sampling(model, cond()[0][0], cfg=6.0), noise, sigmas,
