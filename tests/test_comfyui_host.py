@@ -218,6 +218,13 @@ def test_custom_sampling_image_to_video_and_streaming_save(server):
         "22": {"class_type": "FastAR_SaveLongVideo", "inputs": {"samples": ["21", 0], "vae": ["5", 0], "fps": 16.0,
                                                                "filename_prefix": "fastar/i2v", "frames_per_piece": 2}},
         "23": {"class_type": "PreviewAny", "inputs": {"source": ["21", 1]}},
+        # A MODEL from the stock Load Diffusion Model works as well.
+        "24": {"class_type": "UNETLoader", "inputs": {"unet_name": TINY_MODEL, "weight_dtype": "default"}},
+        "25": {"class_type": "FastAR_LongVideoSampler",
+               "inputs": {"model": ["24", 0], "positive": ["3", 0], "width": 32, "height": 32, "length": 9,
+                          "frames_per_block": 3, "schedule": "CausVid 3-step", "mode": "auto", "seed": 0,
+                          "cache_policy": "window", "sink_frames": 1, "window_frames": 3, "context_noise": 0.0}},
+        "26": {"class_type": "PreviewAny", "inputs": {"source": ["25", 1]}},
     })
     entry = run_prompt(prompt)
     assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
@@ -225,6 +232,7 @@ def test_custom_sampling_image_to_video_and_streaming_save(server):
     latent_info = json.loads(outputs["18"]["text"][0])
     assert latent_info["shape"] == [1, 16, 7, 4, 4] and latent_info["finite"]
     assert "1 from the start image, 3 generated" in outputs["23"]["text"][0]
+    assert "causvid (3 steps" in outputs["26"]["text"][0] and "window (sink 1" in outputs["26"]["text"][0]
     video = outputs["22"]["images"][0]
     assert video["filename"].endswith(".mp4") and (server["out"] / video["subfolder"] / video["filename"]).is_file()
 
