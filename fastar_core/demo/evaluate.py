@@ -58,7 +58,10 @@ def as_frames(video: torch.Tensor) -> torch.Tensor:
 
 def colour_masks(frames: torch.Tensor, palette: torch.Tensor, tolerance: float) -> torch.Tensor:
     """``[T, K, H, W]`` bool: pixel is within ``tolerance`` of palette colour k (and nearest to it)."""
-    dist = (frames[:, None] - palette[None, :, :, None, None]).norm(dim=2)  # [T, K, H, W]
+    # |f - p|^2 = |f|^2 - 2 f.p + |p|^2, without materialising [T, K, 3, H, W]
+    dots = torch.einsum("tchw,kc->tkhw", frames, palette)
+    sq = frames.square().sum(dim=1, keepdim=True) - 2 * dots + palette.square().sum(dim=1)[None, :, None, None]
+    dist = sq.clamp_min(0).sqrt()
     nearest = dist.argmin(dim=1, keepdim=True)
     one_hot = torch.zeros_like(dist, dtype=torch.bool).scatter_(1, nearest, True)
     return one_hot & (dist < tolerance)
@@ -86,13 +89,16 @@ def centroid_tracks(masks: torch.Tensor) -> torch.Tensor:
 
 
 def window_spans(track: torch.Tensor, window: int) -> torch.Tensor:
-    """Diagonal of the bounding box of a centroid track ``[T, 2]`` over each sliding window (NaN-aware: 0)."""
-    spans = []
-    for s in range(0, track.shape[0] - window + 1):
-        w = track[s:s + window]
-        w = w[~torch.isnan(w).any(dim=1)]
-        spans.append(float((w.max(0).values - w.min(0).values).norm()) if len(w) >= 2 else 0.0)
-    return torch.tensor(spans)
+    """Diagonal of the bounding box of a centroid track ``[T, 2]`` over each sliding window (NaN points are
+    skipped; a window with fewer than two points spans 0)."""
+    if track.shape[0] < window:
+        return torch.zeros(0)
+    w = track.unfold(0, window, 1)  # [n, 2, window]
+    valid = ~torch.isnan(w).any(dim=1, keepdim=True)
+    hi = torch.where(valid, w, float("-inf")).amax(dim=2)
+    lo = torch.where(valid, w, float("inf")).amin(dim=2)
+    span = (hi - lo).norm(dim=1)
+    return torch.where(valid[:, 0].sum(dim=1) >= 2, span, torch.zeros_like(span))
 
 
 def evaluate_rollout(frames, background, palette=None, start_frames: int = 3, reference_areas: dict | None = None,
