@@ -106,7 +106,10 @@ class Trainer:
                 "losses": self.losses, "seed": self.seed, "recipe": asdict(self.recipe)}
 
     def load_state_dict(self, state: dict) -> None:
-        if state["seed"] != self.seed or state["recipe"] != asdict(self.recipe):
+        # A run may be extended (more steps: the LR schedule is re-planned); anything else must match.
+        saved = {k: v for k, v in state["recipe"].items() if k != "steps"}
+        mine = {k: v for k, v in asdict(self.recipe).items() if k != "steps"}
+        if state["seed"] != self.seed or saved != mine:
             raise ValueError("the saved training state is from another seed or recipe; use a fresh out_dir")
         self.model.load_state_dict(state["model"])
         self.text_encoder.load_state_dict(state["text_encoder"])

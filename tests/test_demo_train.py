@@ -1,0 +1,55 @@
+"""The demo trainer: seeded runs are reproducible, leave loadable weights, and resume where they stopped."""
+
+import pytest
+import torch
+
+from comfyui_fastar.fastar_core.demo.model import load_demo_model
+from comfyui_fastar.fastar_core.demo.settings import ROPE_MAX_DISTANCE, TRAIN_CLIP_FRAMES, WEIGHTS_FILE
+from comfyui_fastar.fastar_core.demo.train import TrainRecipe, main, train_demo
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """``train_demo`` sets the torch thread count it is given; later tests keep theirs."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def _weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path / WEIGHTS_FILE))
+
+
+def test_same_seed_same_weights_and_the_file_loads_as_a_demo_model(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    train_demo(a, steps=1, batch=1, threads=1, report=False, log=lambda m: None)
+    assert main(["--out", str(b), "--steps", "1", "--batch", "1", "--threads", "1", "--no-report"]) == 0
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert all(v.dtype == torch.float16 for v in wa.values())
+    assert any(k.startswith("text_encoder.") for k in wa) and any(k.startswith("model.diffusion_model.") for k in wa)
+
+    demo = load_demo_model(a / WEIGHTS_FILE)
+    assert demo.metadata["training"]["steps"] == 1
+    assert demo.trained_span_frames == TRAIN_CLIP_FRAMES and demo.rope_max_distance == ROPE_MAX_DISTANCE
+    assert (a / "train_state.pt").is_file() and (a / "loss.json").is_file()
+
+
+def test_a_stopped_run_resumes_from_its_saved_step(tmp_path):
+    logs = []
+    train_demo(tmp_path, steps=1, batch=1, threads=1, report=False, log=logs.append)
+    first = _weights(tmp_path)
+    summary = train_demo(tmp_path, steps=2, batch=1, threads=1, report=False, log=logs.append)
+    assert any("resumed at step 1" in m for m in logs)
+    assert summary["steps"] == 2
+    assert any(not torch.equal(first[k], v) for k, v in _weights(tmp_path).items())
+
+
+def test_learning_rate_warms_up_then_decays():
+    r = TrainRecipe(steps=1000, warmup_steps=100)
+    assert r.lr_at(0) < r.lr_at(50) < r.lr_at(99) <= r.lr
+    assert r.lr_at(500) < r.lr_at(150)
+    assert r.lr_at(999) == pytest.approx(r.lr * r.min_lr_ratio, rel=0.01)
