@@ -32,12 +32,31 @@ def rope_axes(head_dim: int) -> tuple[int, int, int]:
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float = 10000.0):
-    """cos/sin tables ``[..., L, head_dim/2]`` (fp32) for positions ``[..., L, 3]`` (any numeric dtype)."""
+    """cos/sin tables ``[..., L, head_dim/2]`` (fp32) for integer positions ``[..., L, 3]``."""
+    if positions.device.type == "cpu":
+        return _cos_sin_by_lookup(positions, head_dim, theta)
     inv = _inverse_frequencies(head_dim, theta).to(positions.device)
     t_pairs, hw_pairs, _ = rope_axes(head_dim)
     axis_of_pair = torch.tensor([0] * t_pairs + [1] * hw_pairs + [2] * hw_pairs, device=positions.device)
     angles = positions.to(torch.float64)[..., axis_of_pair] * inv
     return torch.cos(angles).float(), torch.sin(angles).float()
+
+
+def _cos_sin_by_lookup(positions: torch.Tensor, head_dim: int, theta: float):
+    """On a CPU the transcendentals dominate: evaluate them once per distinct position of each axis (a few
+    dozen) and gather. Same values as the direct formula; on a GPU the direct formula avoids host syncs."""
+    inv = _inverse_frequencies(head_dim, theta)
+    sizes = rope_axes(head_dim)
+    bounds = torch.cumsum(torch.tensor((0, *sizes)), 0).tolist()
+    cos_parts, sin_parts = [], []
+    for axis in range(3):
+        p = positions[..., axis].long()
+        lo, hi = int(p.min()), int(p.max())
+        angles = torch.arange(lo, hi + 1, dtype=torch.float64)[:, None] * inv[bounds[axis]:bounds[axis + 1]]
+        idx = p - lo
+        cos_parts.append(torch.cos(angles).float()[idx])
+        sin_parts.append(torch.sin(angles).float()[idx])
+    return torch.cat(cos_parts, dim=-1), torch.cat(sin_parts, dim=-1)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -64,14 +64,16 @@ def sinusoidal_embedding(dim: int, position: torch.Tensor) -> torch.Tensor:
 
 
 class CausalRunner:
-    def __init__(self, model, attention: DenseAttention | None = None, dtype: torch.dtype | None = None):
+    def __init__(self, model, attention: DenseAttention | None = None, dtype: torch.dtype | None = None,
+                 device: torch.device | str | None = None):
         self.model = model
         self.geometry = read_geometry(model)
         if self.geometry.patch_size[0] != 1:
             raise FastARError(f"temporal patch size {self.geometry.patch_size[0]} is not supported (Wan2.1 uses 1)")
         self.attention = attention or DenseAttention()
         self.dtype = dtype or model.blocks[0].self_attn.q.weight.dtype
-        self.device = model.blocks[0].self_attn.q.weight.device
+        # A host that offloads weights (ComfyUI's partial loading) says where activations belong.
+        self.device = torch.device(device) if device is not None else model.blocks[0].self_attn.q.weight.device
 
     @property
     def num_layers(self) -> int:

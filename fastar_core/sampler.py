@@ -118,9 +118,13 @@ class ARSampler:
         cancel: Callable[[], bool] | None = None,
         step_callback: Callable[[int, int], None] | None = None,
         output_device=None,
+        initial_noise: torch.Tensor | None = None,
     ) -> RolloutResult:
         """Generate ``cfg.num_frames`` latent frames. ``callback`` gets a report per finished chunk,
-        ``step_callback(done, total)`` every forward, ``cancel()`` is polled between steps."""
+        ``step_callback(done, total)`` every forward, ``cancel()`` is polled between steps.
+
+        ``initial_noise`` (shaped like the output latent, initial frames included) replaces the seeded noise of
+        each chunk's first step, as ComfyUI's NOISE input does; re-noising between steps stays seeded."""
         schedule = cfg.validate()
         schedule_prompts = PromptSchedule.coerce(prompts)
         grid_hw = self.runner.grid_hw(cfg.latent_height, cfg.latent_width)
@@ -136,7 +140,11 @@ class ARSampler:
         out_device = torch.device(output_device) if output_device is not None else self.runner.device
         latent = torch.zeros(cfg.batch, cfg.channels, total, cfg.latent_height, cfg.latent_width, device=out_device)
         plan = chunk_plan(n_init, cfg.num_frames, cfg.frames_per_block)
+        if initial_noise is not None and tuple(initial_noise.shape) != tuple(latent.shape):
+            raise FastARError(f"initial noise has shape {list(initial_noise.shape)}; expected {list(latent.shape)} "
+                              "(the output latent, initial frames included)")
         loop = _Rollout(self, cfg, schedule, schedule_prompts, latent, plan, callback, cancel, step_callback)
+        loop.initial_noise = initial_noise
         cache = self._build_cache(cfg, total, grid_hw)
         self.runner.attention.begin_rollout(self.runner.num_layers)
         start = time.perf_counter()
@@ -180,6 +188,7 @@ class _Rollout:
         self.cancel = cancel
         self.step_callback = step_callback
         self.cache: KVCache | None = None
+        self.initial_noise: torch.Tensor | None = None
         self.reports: list[ChunkReport] = []
         self.prompt_index = -1
         self.text = None
@@ -191,6 +200,12 @@ class _Rollout:
         self.last_report = time.perf_counter()
 
     # -- helpers ----------------------------------------------------------------------------------------------
+    def _start_noise(self, chunk: int) -> torch.Tensor:
+        f0, frames = self.plan[chunk]
+        if self.initial_noise is not None:
+            return self.initial_noise[:, :, f0:f0 + frames].to(self.runner.device, torch.float32)
+        return self.sampler._noise(self.cfg, chunk, 0, frames)
+
     def _times(self, sigmas_per_frame: torch.Tensor) -> torch.Tensor:
         return (1000.0 * sigmas_per_frame).to(self.runner.device)
 
@@ -246,6 +261,7 @@ class _Rollout:
 
     def _report(self, chunk, frame_start, x0, seconds):
         self.latent[:, :, frame_start:frame_start + x0.shape[2]] = x0.to(self.latent.device)
+        x0 = self.latent[:, :, frame_start:frame_start + x0.shape[2]]  # a view: no second copy per chunk
         extra = {}
         stats_fn = getattr(self.cache, "chunk_stats", None)
         if stats_fn is not None:
@@ -282,7 +298,7 @@ class _Rollout:
             self._sync()
             t_start = time.perf_counter()
             self._update_prompt(f0)
-            x = self.sampler._noise(cfg, c, 0, frames)
+            x = self._start_noise(c)
             x0 = None
             for s, sigma in enumerate(sigmas):
                 self._check_cancel()
@@ -311,7 +327,7 @@ class _Rollout:
             first, newest = max(0, w - n_steps + 1), min(n_chunks - 1, w)
             window = list(range(first, newest + 1))
             if w < n_chunks:
-                noisy[w] = self.sampler._noise(cfg, w, 0, self.plan[w][1])
+                noisy[w] = self._start_noise(w)
             f0 = self.plan[first][0]
             self._update_prompt(self.plan[newest][0])
             x = torch.cat([noisy[b] for b in window], dim=2)

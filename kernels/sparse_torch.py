@@ -29,9 +29,14 @@ def sparse_attention_torch(q, k, v, layout, bias, scale: float):
     key_bias = _pad_to(key_bias, 2, n_kb * bk, float("-inf")).view(B * H * n_kb, bk)
     q_codes = _pad_to(layout.q_codes_sorted, 2, n_qb * bq, 0).view(rows, bq)
     k_codes = _pad_to(layout.k_codes_sorted, 2, n_kb * bk, 0).view(B * H * n_kb, bk)
-    # Queries with no visible finite-bias key output 0 by convention (CUDA SDPA may give NaN there).
+    # Queries with no visible finite-bias key output 0 by convention (CUDA SDPA may give NaN there). When every
+    # (batch, head) has a finite dense key, every query sees something and the count can be skipped.
     finite_keys = None if bias is None else layout.sort_key_bias(bias) > float("-inf")
-    seen = _pad_to(layout.visible_keys_per_query(finite_keys) > 0, 2, n_qb * bq, False).view(rows, bq, 1)
+    dense_seen = layout.n_dense > 0 and (finite_keys is None or bool(finite_keys[..., : layout.n_dense].any(-1).all()))
+    if dense_seen:
+        seen = torch.ones(rows, bq, 1, dtype=torch.bool, device=q.device)
+    else:
+        seen = _pad_to(layout.visible_keys_per_query(finite_keys) > 0, 2, n_qb * bq, False).view(rows, bq, 1)
 
     kv_num = layout.kv_num.reshape(rows).long()
     kv_idx = layout.kv_idx.reshape(rows, -1).long()

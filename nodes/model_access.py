@@ -32,11 +32,9 @@ class ARModel:
         return len(self.diffusion_model.blocks)
 
     def runner(self) -> CausalRunner:
-        runner = CausalRunner(self.diffusion_model, dtype=self.dtype)
         # With partial loading some weights stay offloaded (ComfyUI casts them per call), so the device of the
         # first weight is not where activations belong: use the patcher's load device.
-        runner.device = self.device
-        return runner
+        return CausalRunner(self.diffusion_model, dtype=self.dtype, device=self.device)
 
 
 def diffusion_model_of(patcher):

@@ -19,7 +19,6 @@ from ..fastar_core.schedule import get_schedule
 from .model_access import ARModel
 from .prompting import ARPromptSchedule
 from .report import build_report
-from .start_noise import StartNoiseSampler
 
 
 @dataclass
@@ -98,8 +97,6 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
     fastar, spec, policy = resolve_cache(model.fastar, settings)
     runner = model.runner()
     sampler = build_sampler(runner, fastar, spec, frames_per_block=settings.frames_per_block)
-    if start_noise is not None:
-        sampler = StartNoiseSampler(sampler, start_noise, chunk_plan(n_init, generated, settings.frames_per_block))
     cfg = RolloutConfig(num_frames=generated, latent_height=latent_h, latent_width=latent_w,
                         frames_per_block=settings.frames_per_block, schedule=sched, seed=settings.seed, cache=spec,
                         context_noise=settings.context_noise, mode=mode, batch=batch, channels=16)
@@ -116,7 +113,7 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
 
     def on_chunk(report):
         nonlocal preview
-        x0, report.x0 = report.x0, None  # the result keeps every report: drop its device copy of the chunk
+        x0 = report.x0
         if preview is None:
             return
         try:
@@ -127,7 +124,8 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
 
     try:
         result = sampler.generate(prompts, cfg, initial_latents=init, callback=on_chunk, cancel=host.interrupted,
-                                  step_callback=on_step, output_device=host.intermediate_device())
+                                  step_callback=on_step, output_device=host.intermediate_device(),
+                                  initial_noise=start_noise)
     except GenerationCancelled:
         host.raise_interrupted()
         raise

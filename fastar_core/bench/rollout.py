@@ -28,7 +28,7 @@ def _rollout(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: 
                             rope_max_distance=scenario.rope_max_distance)
     cfg = RolloutConfig(num_frames=frames, latent_height=scenario.latent_hw[0], latent_width=scenario.latent_hw[1],
                         frames_per_block=scenario.frames_per_block, schedule=scenario.schedule, seed=seed, cache=spec,
-                        channels=scenario.channels)
+                        channels=scenario.channels, context_noise=scenario.context_noise)
     cuda = runner.device.type == "cuda"
     rows = []
 

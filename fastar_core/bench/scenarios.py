@@ -23,6 +23,7 @@ class Scenario:
     frames_per_block: int = 3
     initial_latents: torch.Tensor | None = None
     rope_max_distance: int | None = None
+    context_noise: float = 0.0
     quality: bool = True  # False for random weights: quality figures would mean nothing
     notes: dict = field(default_factory=dict)
 
@@ -31,12 +32,12 @@ def demo_scenario(seed: int = 0, device="cpu") -> Scenario:
     from ..demo.model import load_demo_model
 
     demo = load_demo_model(device=device)
-    start, prompt = demo.render_start(seed)
+    start = demo.render_start(seed, long_prompt=True)
     return Scenario(
-        name="demo", model=demo.model, context=demo.encode_prompt(prompt), latent_hw=tuple(start.shape[-2:]),
-        channels=start.shape[1], schedule=demo.schedule, frames_per_block=demo.frames_per_block,
-        initial_latents=start, rope_max_distance=demo.rope_max_distance,
-        notes={"prompt": prompt, "start_frames": start.shape[2]},
+        name="demo", model=demo.model, context=demo.encode_prompt(start.prompt), latent_hw=demo.frame_size,
+        channels=demo.channels, schedule=demo.schedule, frames_per_block=demo.frames_per_block,
+        initial_latents=start.latents, rope_max_distance=demo.rope_max_distance, context_noise=demo.context_noise,
+        notes={"prompt": start.prompt, "start_frames": start.latents.shape[2]},
     )
 
 

@@ -96,8 +96,9 @@ class FastARAttention(DenseAttention):
     def self_attention(self, layer, q, k, v, positions, view, info):
         sparse_frames = None if view is None else self._sparse_query_frames(layer, info)
         if sparse_frames is None:
-            self._tally["sa_calls"] += 1
-            self._tally["sa_density"] += 1.0
+            if self.measure:
+                self._tally["sa_calls"] += 1
+                self._tally["sa_density"] += 1.0
             return super().self_attention(layer, q, k, v, positions, view, info)
 
         q_rot, k_rot, cache_k = self.rotate_inputs(q, k, positions, view, info)
@@ -123,10 +124,10 @@ class FastARAttention(DenseAttention):
             # Rolling windows: queries of chunks still in the dense warm-up attend densely.
             dense_out = kernel_attention(q_rot, keys, values, bias, backend=self.backend)
             out = torch.where(token_sparse[None, None, :, None], out, dense_out)
-        self._tally["sa_calls"] += 1
-        share = float(token_sparse.float().mean())
-        self._tally["sa_density"] += share * layout.density() + (1 - share)
-        if self.measure:
+        if self.measure:  # counting visible pairs costs about as much as a small attention call
+            self._tally["sa_calls"] += 1
+            share = float(token_sparse.float().mean())
+            self._tally["sa_density"] += share * layout.density() + (1 - share)
             self._measure_sa(q_rot, keys, values, bias, layout, out, token_sparse, layer, info)
         return out
 
