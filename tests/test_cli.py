@@ -58,6 +58,7 @@ def test_generate_with_fastar_reports_groups_density_and_recall(ckpt, tmp_path):
     out = tmp_path / "fastar"
     args = ["generate", "--checkpoint", str(ckpt), "--frames", "12", "--height", "64", "--width", "64",
             "--cond", str(cond), "--out", str(out), "--fastar", "balanced", "--capacity", "6", "--measure",
+            "--annsa-min-keys", "0",
             "--device", "cpu"]
     assert main(args) == 0
     stats = json.loads((out / "stats.json").read_text())

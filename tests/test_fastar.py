@@ -180,17 +180,18 @@ def test_annsa_with_one_bucket_is_exact():
     info = PassInfo(chunk=8, step=3, num_steps=4, frame_start=8, num_frames=1, tokens_per_frame=4)
     dense = DenseAttention().self_attention(0, q, k, v, pos, view, info)
     # One bit with Hamming-1 probes: every code is within reach of every other, i.e. a single bucket.
-    one_bucket = FastARAttention(FastARConfig(annsa=True, bits=1, multiprobe=True, dense_warmup=0.0), 2, 32,
-                                 measure=True)
+    one_bucket = FastARAttention(
+        FastARConfig(annsa=True, bits=1, multiprobe=True, dense_warmup=0.0, annsa_min_keys=0), 2, 32, measure=True)
     one_bucket.begin_rollout(2)
     out = one_bucket.self_attention(0, q, k, v, pos, view, info)
     assert (out - dense).abs().max() < 1e-5
     assert one_bucket.chunk_stats()["density"] == 1.0
-    narrow = FastARAttention(FastARConfig(annsa=True, bits=6, multiprobe=False, dense_warmup=0.0), 2, 32, measure=True)
+    narrow = FastARAttention(
+        FastARConfig(annsa=True, bits=6, multiprobe=False, dense_warmup=0.0, annsa_min_keys=0), 2, 32, measure=True)
     narrow.begin_rollout(2)
     narrow.self_attention(0, q, k, v, pos, view, info)
     assert narrow.chunk_stats()["density"] < 1.0
-    warm = FastARAttention(FastARConfig(annsa=True, bits=6, multiprobe=False), 2, 32)
+    warm = FastARAttention(FastARConfig(annsa=True, bits=6, multiprobe=False, annsa_min_keys=0), 2, 32)
     warm.begin_rollout(2)
     first_step = PassInfo(chunk=8, step=0, num_steps=4, frame_start=8, num_frames=1, tokens_per_frame=4)
     assert (warm.self_attention(0, q, k, v, pos, view, first_step) - dense).abs().max() < 1e-6
@@ -210,7 +211,7 @@ def test_fastar_never_changes_the_sampling_noise():
 
 def test_long_rollout_with_everything_on_has_flat_cache_memory():
     model = tiny_model()
-    fa = get_preset("balanced").with_overrides(capacity_frames=12)
+    fa = get_preset("balanced").with_overrides(capacity_frames=12, annsa_min_keys=0)
     spec = CacheSpec(policy="tempcache")
     sampler = build_sampler(CausalRunner(model), fa, spec, measure=True)
     reports = []

@@ -81,4 +81,6 @@ def bench_modes(base: FastARConfig | None = None) -> dict:
         "tempcache": (temp, base.with_overrides(annca=False, annsa=False)),
         "tempcache+annsa": (temp, base.with_overrides(annca=False, annsa=True)),
         "all": (temp, base.with_overrides(annca=True, annsa=True)),
+        # AnnSA on every call whatever the size: what bucketing costs and keeps where the default would skip it.
+        "all+forced-annsa": (temp, base.with_overrides(annca=True, annsa=True, annsa_min_keys=0)),
     }

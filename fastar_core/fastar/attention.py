@@ -83,9 +83,9 @@ class FastARAttention(DenseAttention):
         return table[layer]
 
     # -- self-attention (AnnSA) -----------------------------------------------------------------------------------
-    def _sparse_query_frames(self, layer: int, info: PassInfo) -> torch.Tensor | None:
+    def _sparse_query_frames(self, layer: int, view, info: PassInfo) -> torch.Tensor | None:
         """Bool per query frame: sparse or dense. None when the whole pass is dense."""
-        if layer not in self.sparse_layers:
+        if layer not in self.sparse_layers or view.length - view.n_sink < self.config.annsa_min_keys:
             return None
         dense_steps = math.floor(self.config.dense_warmup * info.num_steps + 1e-9)
         steps = info.frame_steps if info.frame_steps is not None else [info.step] * info.num_frames
@@ -94,7 +94,7 @@ class FastARAttention(DenseAttention):
         return sparse if bool(sparse.any()) else None
 
     def self_attention(self, layer, q, k, v, positions, view, info):
-        sparse_frames = None if view is None else self._sparse_query_frames(layer, info)
+        sparse_frames = None if view is None else self._sparse_query_frames(layer, view, info)
         if sparse_frames is None:
             if self.measure:
                 self._tally["sa_calls"] += 1

@@ -20,7 +20,7 @@ from .session import build_sampler
 def calibrate_layers(model, context, latent_hw, channels, frames=24, schedule="self-forcing", initial_latents=None,
                      fastar=None, fraction=0.7, min_recall=None, rope_max_distance=None, seed=0) -> dict:
     runner = CausalRunner(model)
-    fastar = (fastar or get_preset("balanced")).with_overrides(layers="all", annsa=True)
+    fastar = (fastar or get_preset("balanced")).with_overrides(layers="all", annsa=True, annsa_min_keys=0)
     spec = CacheSpec(policy="tempcache" if fastar.tempcache else "global")
     sampler = build_sampler(runner, fastar, spec, measure=True, rope_max_distance=rope_max_distance)
     cfg = RolloutConfig(num_frames=frames, latent_height=latent_hw[0], latent_width=latent_hw[1], schedule=schedule,

@@ -34,6 +34,9 @@ class FastARConfig:
     dense_warmup: float = 0.3  # share of denoising steps that stay dense
     layers: object = "all"  # "all", "auto" (from `fastar calibrate`), or a tuple of layer indices
     calibration: str | None = None  # JSON written by `fastar calibrate`, used when layers == "auto"
+    # Below this many bucketed keys per head, planning and gathering cost more than the attention they save,
+    # so the layer runs dense (the paper, too, finds sparse kernels lose on short sequences).
+    annsa_min_keys: int = 4096
     # Approximate nearest-neighbour search shared by AnnCA, AnnSA and the LSH/quant matchers.
     ann: str = "lsh"
     bits: int = 6  # LSH bits per table (buckets = 2**bits), or coarse-quantizer bits
@@ -74,6 +77,8 @@ class FastARConfig:
             bad("quant_bits", self.quant_bits, "2..8")
         if not (0.0 <= self.dense_warmup <= 1.0):
             bad("dense_warmup", self.dense_warmup, "a fraction in [0, 1]")
+        if self.annsa_min_keys < 0:
+            bad("annsa_min_keys", self.annsa_min_keys, ">= 0")
         if self.block_size < 16 or self.block_size & (self.block_size - 1):
             bad("block_size", self.block_size, "a power of two >= 16")
         layers = self.layers
@@ -152,6 +157,7 @@ def add_fastar_arguments(p) -> None:
     g.add_argument("--warmup", type=float, help="dense share of denoising steps for AnnSA")
     g.add_argument("--layers", help="AnnSA layers: all, auto, or e.g. 2,3,5")
     g.add_argument("--calibration", help="calibration JSON for --layers auto")
+    g.add_argument("--annsa-min-keys", type=int, help="AnnSA runs only where a head has this many bucketed keys")
     g.add_argument("--backend", choices=list(BACKENDS), help="attention backend")
     g.add_argument("--measure", action="store_true", help="report attention density and recall per chunk")
 
@@ -161,5 +167,5 @@ def fastar_from_arguments(args) -> FastARConfig:
     return base.with_overrides(
         threshold=args.threshold, capacity_frames=args.capacity, annca=args.annca, annsa=args.annsa,
         bits=args.bits, tables=args.tables, dense_warmup=args.warmup, layers=parse_layers(args.layers),
-        calibration=args.calibration, backend=args.backend,
+        calibration=args.calibration, backend=args.backend, annsa_min_keys=args.annsa_min_keys,
     )
