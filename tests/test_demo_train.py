@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from comfyui_fastar.fastar_core.demo.data import sprite_weights, training_batch
 from comfyui_fastar.fastar_core.demo.model import load_demo_model
 from comfyui_fastar.fastar_core.demo.settings import ROPE_MAX_DISTANCE, TRAIN_CLIP_FRAMES, WEIGHTS_FILE
 from comfyui_fastar.fastar_core.demo.train import TrainRecipe, main, train_demo
@@ -53,3 +54,23 @@ def test_learning_rate_warms_up_then_decays():
     assert r.lr_at(0) < r.lr_at(50) < r.lr_at(99) <= r.lr
     assert r.lr_at(500) < r.lr_at(150)
     assert r.lr_at(999) == pytest.approx(r.lr * r.min_lr_ratio, rel=0.01)
+
+
+def test_a_new_phase_continues_from_another_runs_state(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    train_demo(first, steps=1, batch=1, threads=1, report=False, log=lambda m: None)
+    train_demo(second, steps=1, batch=1, threads=1, report=False, log=lambda m: None,
+               init_from=first / "train_state.pt")
+    training = load_demo_model(second / WEIGHTS_FILE).metadata["training"]
+    assert training["total_steps"] == 2 and len(training["earlier_phases"]) == 1
+    assert training["earlier_phases"][0]["steps"] == 1
+
+
+def test_sprite_weights_cover_sprites_and_their_trails_only():
+    batch = training_batch(seed=0, step=0, batch=2, frames=6, size=24)
+    w = sprite_weights(batch, 4.0)
+    assert w.shape == (2, 1, 6, 24, 24)
+    assert set(w.unique().tolist()) == {1.0, 4.0}
+    on_sprite = (batch.video - batch.backgrounds[:, :, None]).abs().sum(1, keepdim=True) > 0.05
+    assert (w[on_sprite] == 4).all()
+    assert (w == 1).float().mean() > 0.5  # most of the frame is background

@@ -30,15 +30,31 @@ def step_generator(seed: int, step: int) -> torch.Generator:
 class Batch:
     video: torch.Tensor  # [B, 3, T, H, W] in [-1, 1] (the model's latent layout)
     prompts: list
+    backgrounds: torch.Tensor  # [B, 3, H, W] each clip's clean background
 
 
 def training_batch(seed: int, step: int, batch: int, frames: int, size: int) -> Batch:
-    videos, prompts = [], []
+    videos, prompts, backgrounds = [], [], []
     for i in range(batch):
         scene = make_scene(clip_seed(seed, step, i), size)
         videos.append(scene.render(frames).permute(1, 0, 2, 3))
         prompts.append(scene.prompt(long=bool((step + i) % 2)))
-    return Batch(torch.stack(videos), prompts)
+        backgrounds.append(scene.background())
+    return Batch(torch.stack(videos), prompts, torch.stack(backgrounds))
+
+
+def sprite_weights(batch: Batch, weight: float) -> torch.Tensor:
+    """Per-pixel loss weights ``[B, 1, T, H, W]``: ``weight`` where a sprite is or just was (its trail), else 1.
+
+    Sprites cover a tenth of the pixels but carry all of the dynamics; without this the loss is spent on the
+    static background the model copies early on.
+    """
+    off_background = (batch.video - batch.backgrounds[:, :, None]).abs().sum(dim=1, keepdim=True) > 0.05
+    recent = off_background.clone()
+    recent[:, :, 1:] |= off_background[:, :, :-1]
+    B, _, T, H, W = recent.shape
+    grown = F.max_pool2d(recent.float().transpose(1, 2).reshape(B * T, 1, H, W), 3, stride=1, padding=1)
+    return 1 + (weight - 1) * grown.reshape(B, T, 1, H, W).transpose(1, 2)
 
 
 def _blur(video: torch.Tensor) -> torch.Tensor:

@@ -20,10 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..wan_model import WanModel
-from .data import corrupt_context, step_generator, training_batch, training_sigmas
+from .data import corrupt_context, sprite_weights, step_generator, training_batch, training_sigmas
 from .settings import (
     DEMO_SIGMAS,
     FRAME_HW,
@@ -59,6 +58,8 @@ class TrainRecipe:
     ema_decay: float = 0.995
     p_context_corruption: float = 0.5
     p_schedule_sigma: float = 0.4
+    sprite_loss_weight: float = 4.0  # loss weight of pixels where a sprite is or just was
+    p_own_context: float = 0.25  # per clip: context chunks replaced by the model's own one-step predictions
 
     def lr_at(self, step: int) -> float:
         if step < self.warmup_steps:
@@ -97,13 +98,14 @@ class Trainer:
         self.step = 0
         self.elapsed = 0.0
         self.losses: list[float] = []
+        self.phases: list[dict] = []  # earlier runs this one was initialised from (see ``warm_start``)
 
     # -- state ------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "text_encoder": self.text_encoder.state_dict(),
                 "ema_model": self.ema_model.state_dict(), "ema_text": self.ema_text.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "step": self.step, "elapsed": self.elapsed,
-                "losses": self.losses, "seed": self.seed, "recipe": asdict(self.recipe)}
+                "losses": self.losses, "seed": self.seed, "recipe": asdict(self.recipe), "phases": self.phases}
 
     def load_state_dict(self, state: dict) -> None:
         # A run may be extended (more steps: the LR schedule is re-planned); anything else must match.
@@ -117,6 +119,19 @@ class Trainer:
         self.ema_text.load_state_dict(state["ema_text"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.elapsed, self.losses = state["step"], state["elapsed"], list(state["losses"])
+        self.phases = list(state.get("phases", []))
+
+    def warm_start(self, state: dict) -> None:
+        """Continue from another run's weights, EMA and optimizer moments as a new phase with this recipe
+        (its step count and LR schedule start afresh). The earlier phases are kept for the record."""
+        self.model.load_state_dict(state["model"])
+        self.text_encoder.load_state_dict(state["text_encoder"])
+        self.ema_model.load_state_dict(state["ema_model"])
+        self.ema_text.load_state_dict(state["ema_text"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        earlier = {"seed": state["seed"], "steps": state["step"], "wall_seconds": round(state["elapsed"], 1),
+                   "recipe": state["recipe"], "losses": state["losses"]}
+        self.phases = [*state.get("phases", []), earlier]
 
     def demo_metadata(self) -> dict:
         return {
@@ -124,7 +139,10 @@ class Trainer:
             "frames_per_block": FRAMES_PER_BLOCK, "schedule": list(DEMO_SIGMAS), "context_noise": 0.0,
             "trained_span_frames": self.recipe.clip_frames, "rope_max_distance": ROPE_MAX_DISTANCE,
             "training": {"seed": self.seed, "steps": self.step, "wall_seconds": round(self.elapsed, 1),
-                         "final_loss": round(self.smoothed_loss(), 5), "recipe": asdict(self.recipe)},
+                         "final_loss": round(self.smoothed_loss(), 5), "recipe": asdict(self.recipe),
+                         "earlier_phases": [{k: v for k, v in p.items() if k != "losses"} for p in self.phases],
+                         "total_steps": self.step + sum(p["steps"] for p in self.phases),
+                         "total_wall_seconds": round(self.elapsed + sum(p["wall_seconds"] for p in self.phases), 1)},
         }
 
     def smoothed_loss(self, window: int = 50) -> float:
@@ -136,7 +154,12 @@ class Trainer:
         tmp = self.out_dir / (STATE_FILE + ".tmp")
         torch.save(self.state_dict(), tmp)
         tmp.replace(self.out_dir / STATE_FILE)
-        (self.out_dir / LOSS_FILE).write_text(json.dumps({"losses": self.losses, "elapsed": self.elapsed}))
+        history = [x for p in self.phases for x in p["losses"]] + self.losses
+        starts = [0]
+        for p in self.phases:
+            starts.append(starts[-1] + len(p["losses"]))
+        loss_record = {"losses": history, "phase_starts": starts, "elapsed": self.elapsed}
+        (self.out_dir / LOSS_FILE).write_text(json.dumps(loss_record))
 
     # -- one optimisation step ---------------------------------------------------------------------------------
     def train_step(self) -> float:
@@ -155,9 +178,12 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = r.lr_at(self.step)
         text = self.forward.encode_text(self.text_encoder(self.tokenizer.batch(batch.prompts)))
+        if r.p_own_context > 0:
+            context = self._own_context(context, x0, text, g)
         flow = self.forward(context, noisy, torch.zeros_like(sigma), 1000.0 * sigma, text)
-        twins = self.forward.noisy_frames
-        loss = F.mse_loss(flow, (noise - x0)[:, :, twins.start:twins.stop])
+        twins = slice(self.forward.noisy_frames.start, self.forward.noisy_frames.stop)
+        weights = sprite_weights(batch, r.sprite_loss_weight)[:, :, twins]
+        loss = ((flow - (noise - x0)[:, :, twins]).square() * weights).mean() / weights.mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -166,6 +192,27 @@ class Trainer:
         self._update_ema()
         self.step += 1
         return loss.item()
+
+    @torch.no_grad()
+    def _own_context(self, context, x0, text, g) -> torch.Tensor:
+        """For some clips, replace the context chunks after the first (the rendered start stays real) by the
+        model's own x0 predictions from one sampler step: the model then learns to restore the kind of frames
+        it will actually be fed while rolling out, not only synthetic blur and noise."""
+        B = x0.shape[0]
+        use = torch.rand(B, generator=g) < self.recipe.p_own_context
+        sigma = torch.tensor(DEMO_SIGMAS)[torch.randint(len(DEMO_SIGMAS), (B,), generator=g)]
+        noise = torch.randn(x0.shape, generator=g)
+        if not use.any():
+            return context
+        s = sigma[:, None, None, None, None]
+        x_t = (1 - s) * x0 + s * noise
+        t = (1000.0 * sigma)[:, None].expand(B, x0.shape[2])
+        twins, clean = self.forward.noisy_frames, self.forward.clean_frames
+        predicted = x_t[:, :, twins.start:] - s * self.forward(context, x_t, torch.zeros_like(t), t, text)
+        replaced = context.clone()
+        n = clean.stop - twins.start  # clean frames that have a prediction
+        replaced[:, :, twins.start:clean.stop] = predicted[:, :, :n]
+        return torch.where(use[:, None, None, None, None], replaced, context)
 
     @torch.no_grad()
     def _update_ema(self) -> None:
@@ -178,11 +225,12 @@ class Trainer:
 
 def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, seed: int = 0,
                threads: int | None = 2, resume: bool = True, checkpoint_minutes: float = 10.0,
-               report: bool = True, batch: int | None = None, log=_print_now) -> dict:
+               report: bool = True, batch: int | None = None, init_from=None, log=_print_now) -> dict:
     """Train (or resume) the demo model into ``out_dir``; returns a summary dict.
 
     ``steps`` fixes the run (and its LR schedule); ``minutes`` caps the wall time (total over resumes).
     With ``report`` the finished weights are evaluated and MODEL_CARD.md, loss.png, samples.png written.
+    ``init_from``: another run's ``train_state.pt`` to continue from as a new phase (ignored when resuming).
     """
     if threads:
         torch.set_num_threads(threads)
@@ -198,6 +246,9 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
     if resume and state_path.is_file():
         trainer.load_state_dict(torch.load(state_path, map_location="cpu", weights_only=False))
         log(f"resumed at step {trainer.step} ({trainer.elapsed / 60:.1f} min so far)")
+    elif init_from is not None:
+        trainer.warm_start(torch.load(init_from, map_location="cpu", weights_only=False))
+        log(f"initialised from {init_from} ({trainer.phases[-1]['steps']} steps)")
     budget = None if minutes is None else minutes * 60.0
     last_checkpoint = time.perf_counter()
     session_start, elapsed_before = time.perf_counter(), trainer.elapsed
@@ -231,6 +282,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--batch", type=int, default=None, help=f"clips per step (default {TrainRecipe.batch})")
     p.add_argument("--fresh", action="store_true", help="ignore a saved training state in --out")
+    p.add_argument("--init-from", help="train_state.pt of an earlier run to continue from as a new phase")
     p.add_argument("--checkpoint-minutes", type=float, default=10.0)
     p.add_argument("--no-report", action="store_true", help="skip the evaluation and model card")
     p.add_argument("--report-only", action="store_true", help="only evaluate the weights in --out and write the card")
@@ -244,7 +296,7 @@ def main(argv=None) -> int:
         return 0
     train_demo(args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
                resume=not args.fresh, checkpoint_minutes=args.checkpoint_minutes, report=not args.no_report,
-               batch=args.batch)
+               batch=args.batch, init_from=args.init_from)
     return 0
 
 
