@@ -30,9 +30,12 @@ def _plt():
     return plt
 
 
-def plot_loss(losses: list, path: Path) -> None:
+def plot_loss(losses: list, path: Path, phase_starts=()) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.2))
+    for start in phase_starts:
+        if start > 0:
+            ax.axvline(start, color="k", linestyle=":", linewidth=0.8)
     steps = torch.arange(1, len(losses) + 1)
     ax.plot(steps, losses, color="0.75", linewidth=0.6, label="per step")
     window = 50
@@ -175,8 +178,9 @@ clean pass at context noise {meta['context_noise']}, image-to-video from a rende
   {recipe['grad_clip']}, EMA {recipe['ema_decay']} (the saved weights), seed {training['seed']}.
 
 ## Training run
-{training['steps']} steps in {training['wall_seconds'] / 60:.0f} min wall time on 2 shared CPU cores
-({platform.machine()}, torch {torch.__version__}); final loss (mean of the last 50 steps) {training['final_loss']:.4f}.
+{_phases_text(training)}
+On 2 CPU cores shared with other jobs ({platform.machine()}, torch {torch.__version__}). Final loss (mean of the last
+50 steps, sprite-weighted) {training['final_loss']:.4f}.
 
 ![loss](loss.png)
 
@@ -205,6 +209,29 @@ Generated {time.strftime('%Y-%m-%d')} by `fastar train-demo`.
     (out_dir / "MODEL_CARD.md").write_text(card)
 
 
+def _phases_text(training: dict) -> str:
+    """One line per phase: steps, wall time and how its recipe differs from the final one."""
+    final = training["recipe"]
+    phases = [*training.get("earlier_phases", []), {"steps": training["steps"], "recipe": final,
+                                                     "wall_seconds": training["wall_seconds"]}]
+    defaults_before = {"sprite_loss_weight": 1.0, "p_own_context": 0.0}  # what a recipe without the field did
+    lines = []
+    for i, p in enumerate(phases, 1):
+        recipe = {**defaults_before, **p["recipe"]}
+        changed = {k: recipe[k] for k in final if recipe.get(k) != final[k]}
+        note = f" (differs from the final recipe in: {changed})" if changed else ""
+        start = "from scratch" if i == 1 else "continuing phase " + str(i - 1)
+        lines.append(f"- phase {i}, {start}: {p['steps']} steps, {p['wall_seconds'] / 60:.0f} min{note}")
+    total = training.get("total_steps", training["steps"])
+    wall = training.get("total_wall_seconds", training["wall_seconds"])
+    lines.append(f"- in all: {total} steps, {wall / 60:.0f} min wall time")
+    if len(phases) > 1:
+        lines.append("\nThe recipe improved mid-run (see the commit history), so the bundled weights were trained in "
+                     "phases with `fastar train-demo --init-from <earlier>/train_state.pt`; from scratch, "
+                     "`fastar train-demo` runs the final recipe throughout.")
+    return "\n".join(lines)
+
+
 def _parameter_count(path: Path) -> int:
     from safetensors import safe_open
 
@@ -212,14 +239,15 @@ def _parameter_count(path: Path) -> int:
         return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
 
 
-def write_report(out_dir, seeds=BAR_SEEDS, caches=tuple(BAR_CACHES), log=print) -> dict:
+def write_report(out_dir, seeds=BAR_SEEDS, caches=tuple(BAR_CACHES), num_frames: int = BAR_FRAMES, log=print) -> dict:
     from .model import load_demo_model
 
     out_dir = Path(out_dir)
     demo = load_demo_model(out_dir / WEIGHTS_FILE)
-    losses = json.loads((out_dir / "loss.json").read_text())["losses"] if (out_dir / "loss.json").is_file() else []
-    plot_loss(losses, out_dir / "loss.png")
-    cases = run_bar(demo, seeds=seeds, caches=caches, log=log)
+    record = json.loads((out_dir / "loss.json").read_text()) if (out_dir / "loss.json").is_file() else {}
+    losses = record.get("losses", [])
+    plot_loss(losses, out_dir / "loss.png", record.get("phase_starts", ()))
+    cases = run_bar(demo, seeds=seeds, caches=caches, num_frames=num_frames, log=log)
     plot_samples(cases, out_dir / "samples.png")
     plot_curves(cases, out_dir / "eval_curves.png")
     results = [{"seed": c.seed, "cache": c.cache, "passed": c.report["passed"], "checks": c.report["checks"],

@@ -216,8 +216,10 @@ class Trainer:
 
     @torch.no_grad()
     def _update_ema(self) -> None:
-        # Short warm-up of the decay so early weights do not linger in the average.
-        decay = min(self.recipe.ema_decay, (1 + self.step) / (10 + self.step))
+        # Short warm-up of the decay so early weights do not linger in the average (counted over all phases,
+        # so a continued run keeps its average).
+        done = self.step + sum(p["steps"] for p in self.phases)
+        decay = min(self.recipe.ema_decay, (1 + done) / (10 + done))
         for ema, live in ((self.ema_model, self.model), (self.ema_text, self.text_encoder)):
             for e, p in zip(ema.parameters(), live.parameters()):
                 e.lerp_(p, 1 - decay)
