@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
 def run_bench(args) -> int:
     out = Path(args.out)
+    if args.what in ("kernels", "gpu-rollout"):
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"fastar: error: bench {args.what} needs a CUDA GPU and none is visible; on a CPU run "
+                  "`fastar bench rollout`, `fastar bench attention` or the tests", file=sys.stderr)
+            return 2
     if args.what == "rollout":
         from .rollout import run_rollout_bench
 
