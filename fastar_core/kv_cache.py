@@ -37,6 +37,21 @@ class CacheView:
         return self.k.shape[2]
 
 
+def element_size(dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def check_fits(device: torch.device, nbytes: int, what: str) -> None:
+    """Refuse, before allocating, a cache that cannot fit in the GPU's free memory (one clear message
+    instead of an out-of-memory error halfway through a rollout)."""
+    if device.type != "cuda":
+        return
+    free, _ = torch.cuda.mem_get_info(device)
+    if nbytes > free:
+        raise FastARError(f"{what} needs {nbytes / 2**30:.1f} GiB but {device} has {free / 2**30:.1f} GiB free; "
+                          "use the window or rolling cache, or FAST-AR's tempcache, whose memory is bounded")
+
+
 class KVCache:
     """Interface shared by the dense caches and TempCache."""
 
@@ -119,6 +134,8 @@ class DenseKVCache(KVCache):
         self.attend_frames = attend_frames
         tokens = capacity_frames * self.tokens_per_frame
         shape = (batch, num_heads, tokens, head_dim)
+        check_fits(self.device, 2 * num_layers * batch * num_heads * tokens * head_dim * element_size(dtype),
+                   f"the {policy} cache for {capacity_frames} latent frames")
         self.k = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.positions = torch.zeros(num_layers, tokens, 3, dtype=torch.long, device=self.device)
@@ -219,7 +236,7 @@ class DenseKVCache(KVCache):
         )
 
     def _bytes_per_token(self) -> int:
-        per_layer = 2 * self.batch * self.num_heads * self.head_dim * torch.empty((), dtype=self.dtype).element_size()
+        per_layer = 2 * self.batch * self.num_heads * self.head_dim * element_size(self.dtype)
         return (per_layer + 3 * 8 + 4) * self.num_layers
 
     def live_bytes(self) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..kv_cache import CacheView, KVCache
+from ..kv_cache import CacheView, KVCache, check_fits, element_size
 from ..rope import grid_positions
 from .ann import LSHMatcher, QuantMatcher, exact_top1
 from .config import FastARConfig
@@ -40,6 +40,8 @@ class TempCache(KVCache):
         # One extra slot at the end is a write-only sink for masked scatters; it is never read.
         C = self.capacity + 1
         B, H, D = batch, num_heads, head_dim
+        check_fits(self.device, num_layers * B * H * C * (2 * D * element_size(dtype) + 48),
+                   f"TempCache with {config.capacity_frames} frames' capacity")
         self.k = [torch.zeros(B, H, C, D, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.v = [torch.zeros(B, H, C, D, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.count = [torch.zeros(B, H, C, device=self.device) for _ in range(num_layers)]
