@@ -74,3 +74,10 @@ def test_sprite_weights_cover_sprites_and_their_trails_only():
     on_sprite = (batch.video - batch.backgrounds[:, :, None]).abs().sum(1, keepdim=True) > 0.05
     assert (w[on_sprite] == 4).all()
     assert (w == 1).float().mean() > 0.5  # most of the frame is background
+
+
+def test_a_wall_time_budget_that_runs_out_first_drives_the_decay():
+    r = TrainRecipe(steps=1000, warmup_steps=100)
+    assert r.lr_at(200, time_fraction=0.5) < r.lr_at(200)
+    assert r.lr_at(200, time_fraction=1.0) == pytest.approx(r.lr * r.min_lr_ratio)
+    assert r.lr_at(50, time_fraction=0.9) == r.lr_at(50)  # warm-up is never skipped

@@ -5,8 +5,10 @@ twins in one block-causal sequence, exactly the sampler's visibility and RoPE po
 noise levels weighted towards the sampler's own step sigmas; context chunks corrupted (blur, noise) the way the
 model's own outputs will be; AdamW with warmup and cosine decay; EMA weights are what gets saved.
 
-A run is reproducible for a given seed and step count; ``minutes`` only stops it early. Weights and the training
-state are written every ``checkpoint_minutes``, so a stopped run leaves usable weights and can be resumed.
+A run is reproducible for a given seed and step count. ``minutes`` caps the wall time and, so that a capped run
+still ends annealed, also drives the LR decay when it runs out before the steps do (the run then depends on the
+machine's speed). Weights and the training state are written every ``checkpoint_minutes``, so a stopped run
+leaves usable weights and can be resumed.
 """
 
 from __future__ import annotations
@@ -61,10 +63,12 @@ class TrainRecipe:
     sprite_loss_weight: float = 4.0  # loss weight of pixels where a sprite is or just was
     p_own_context: float = 0.25  # per clip: context chunks replaced by the model's own one-step predictions
 
-    def lr_at(self, step: int) -> float:
+    def lr_at(self, step: int, time_fraction: float = 0.0) -> float:
+        """Warm-up, then cosine decay driven by whichever runs out first: the steps or the wall-time budget
+        (``time_fraction`` of it used), so a run cut short by its budget still ends annealed."""
         if step < self.warmup_steps:
             return self.lr * (step + 1) / self.warmup_steps
-        progress = min(1.0, (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps))
+        progress = min(1.0, max((step - self.warmup_steps) / max(1, self.steps - self.warmup_steps), time_fraction))
         return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -162,7 +166,7 @@ class Trainer:
         (self.out_dir / LOSS_FILE).write_text(json.dumps(loss_record))
 
     # -- one optimisation step ---------------------------------------------------------------------------------
-    def train_step(self) -> float:
+    def train_step(self, time_fraction: float = 0.0) -> float:
         r = self.recipe
         batch = training_batch(self.seed, self.step, r.batch, r.clip_frames, FRAME_HW[0])
         g = step_generator(self.seed, self.step)
@@ -176,7 +180,7 @@ class Trainer:
         context = corrupt_context(x0, FRAMES_PER_BLOCK, g, p=r.p_context_corruption)
 
         for group in self.optimizer.param_groups:
-            group["lr"] = r.lr_at(self.step)
+            group["lr"] = r.lr_at(self.step, time_fraction)
         text = self.forward.encode_text(self.text_encoder(self.tokenizer.batch(batch.prompts)))
         if r.p_own_context > 0:
             context = self._own_context(context, x0, text, g)
@@ -255,12 +259,12 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
     last_checkpoint = time.perf_counter()
     session_start, elapsed_before = time.perf_counter(), trainer.elapsed
     while trainer.step < recipe.steps and (budget is None or trainer.elapsed < budget):
-        loss = trainer.train_step()
+        loss = trainer.train_step(0.0 if budget is None else trainer.elapsed / budget)
         trainer.losses.append(loss)
         trainer.elapsed = elapsed_before + time.perf_counter() - session_start
         if trainer.step % 25 == 0 or trainer.step == recipe.steps:
             log(f"step {trainer.step}/{recipe.steps} loss {trainer.smoothed_loss(25):.4f} "
-                f"lr {recipe.lr_at(trainer.step):.2e} {trainer.elapsed / 60:.1f} min")
+                f"lr {trainer.optimizer.param_groups[0]['lr']:.2e} {trainer.elapsed / 60:.1f} min")
         if time.perf_counter() - last_checkpoint > checkpoint_minutes * 60:
             trainer.checkpoint()
             last_checkpoint = time.perf_counter()
