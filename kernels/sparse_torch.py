@@ -1,19 +1,98 @@
-"""Block-sparse attention in torch: each query block against a padded batch of its listed key blocks.
+"""Sparse attention in torch, exact for the layout, two ways.
 
-Exact for the layout: the token rule and the bias become a float mask over the gathered keys (-inf for
-padding and invisible pairs), and SDPA runs on [rows, 1, block_q, D] batches. Rows are processed in chunks so
-the gathered keys and the mask stay within a fixed memory budget.
+- By code (codes of at most ``BY_CODE_MAX_BITS`` bits): queries are sorted by code, so each code is a
+  contiguous run; its visible keys are the dense keys plus the sorted sparse keys of every code within the
+  Hamming radius (contiguous runs too). One SDPA per (batch, head, code) over exactly those keys: no mask, no
+  wasted pairs. This is the fast CPU path.
+- By block (wider codes): each query block against a padded batch of its listed key blocks; the token rule
+  and the bias become a float mask (-inf for padding and invisible pairs), and SDPA runs on
+  [rows, 1, block_q, D] batches, in chunks that keep the gathered keys within a memory budget.
 """
 
 import torch
 import torch.nn.functional as F
 
-from .hamming import within_radius
+from .hamming import flip_masks, within_radius
+from .merge import merge_attention_states
 
 CHUNK_BYTES = 256 * 2**20
+BY_CODE_MAX_BITS = 8
 
 
 def sparse_attention_torch(q, k, v, layout, bias, scale: float):
+    if layout.bits <= BY_CODE_MAX_BITS:
+        return sparse_attention_by_code(q, k, v, layout, bias, scale)
+    return sparse_attention_by_block(q, k, v, layout, bias, scale)
+
+
+def sparse_attention_by_code(q, k, v, layout, bias, scale: float):
+    """Dense keys once for every query, then per (batch, head, code) only the sparse keys within the radius;
+    the two parts are merged exactly by their log-sum-exps."""
+    B, H, Nq, D = q.shape
+    n_codes = 2**layout.bits
+    nd = layout.n_dense
+    q_sorted, k_sorted, v_sorted = layout.sort_queries(q), layout.sort_keys(k), layout.sort_keys(v)
+    key_bias = layout.sort_key_bias(bias)
+    parts_out, parts_lse = [], []
+    if nd:
+        mask = None if key_bias is None else key_bias[..., None, :nd].to(q.dtype)
+        o, lse = attention_with_lse(q_sorted, k_sorted[:, :, :nd], v_sorted[:, :, :nd], mask, scale)
+        parts_out.append(o)
+        parts_lse.append(lse)
+    out = torch.zeros_like(q_sorted)
+    out_lse = torch.full((B, H, Nq), float("-inf"), device=q.device)
+    bounds = torch.arange(n_codes + 1, device=q.device).expand(B, H, -1).contiguous()
+    q_runs = torch.searchsorted(layout.q_codes_sorted.long().contiguous(), bounds)
+    k_runs = nd + torch.searchsorted(layout.k_codes_sorted[..., nd:].long().contiguous(), bounds)
+    probes = flip_masks(layout.bits, layout.radius).tolist()
+    for b in range(B):
+        for h in range(H):
+            qr, kr = q_runs[b, h].tolist(), k_runs[b, h].tolist()
+            for code in range(n_codes):
+                q0, q1 = qr[code], qr[code + 1]
+                runs = [(kr[p], kr[p + 1]) for p in (code ^ m for m in probes) if kr[p] < kr[p + 1]]
+                if q0 == q1 or not runs:
+                    continue
+                if len(runs) == 1:  # one bucket: a slice, no copy
+                    keys = slice(*runs[0])
+                else:
+                    keys = torch.cat([torch.arange(a, z, device=q.device) for a, z in runs])
+                mask = None if key_bias is None else key_bias[b, h, keys].to(q.dtype)[None, None, None]
+                o, lse = attention_with_lse(q_sorted[b, h, q0:q1][None, None], k_sorted[b, h, keys][None, None],
+                                            v_sorted[b, h, keys][None, None], mask, scale)
+                out[b, h, q0:q1] = o[0, 0]
+                out_lse[b, h, q0:q1] = lse[0, 0]
+    parts_out.append(out)
+    parts_lse.append(out_lse)
+    merged, _ = merge_attention_states(parts_out, parts_lse)
+    return layout.unsort_queries(merged)
+
+
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def attention_with_lse(q, k, v, mask, scale: float):
+    """SDPA that also returns the natural-log LSE [B, H, N] (fp32); rows that see nothing: out 0, lse -inf.
+
+    On a CPU, ATen's flash kernel returns the LSE it computes anyway; elsewhere it is computed explicitly."""
+    if q.device.type == "cpu" and _FLASH_CPU is not None:
+        try:
+            out, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+            lse = lse.float()
+            seen = torch.isfinite(lse)
+            return torch.where(seen[..., None], out, torch.zeros((), dtype=out.dtype)), lse
+        except (RuntimeError, TypeError):
+            pass  # an ATen without this op or these arguments: compute explicitly
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s + mask.float()
+    lse = torch.logsumexp(s, dim=-1)
+    seen = torch.isfinite(lse)
+    p = torch.exp(s - torch.where(seen, lse, torch.zeros_like(lse))[..., None])
+    return (p @ v.float()).to(q.dtype), lse
+
+
+def sparse_attention_by_block(q, k, v, layout, bias, scale: float):
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
     bq, bk = layout.block_q, layout.block_k

@@ -192,3 +192,15 @@ def test_flex_block_mask_under_the_compiled_kernel():
         if n_dense == 70:
             graphs = counters["stats"]["unique_graphs"]
     assert counters["stats"]["unique_graphs"] == graphs, "a new layout recompiled the kernel"
+
+
+@pytest.mark.parametrize("radius, n_dense", [(0, 30), (1, 0)])
+def test_torch_block_path_for_wide_codes(radius, n_dense):
+    # Codes above 8 bits take the block-gather path instead of the per-code one.
+    q, k, v, bias, q_codes, k_codes = make_case(180, 220, 64, 600, seed=7 + radius)
+    k_codes[..., :180:3] = q_codes[..., ::3]  # make sure some sparse keys share a bucket with a query
+    layout = build_sparse_layout(q_codes, k_codes, n_dense=n_dense, radius=radius)
+    assert layout.bits > 8
+    out = sparse_attention(q, k, v, layout, bias, backend="torch")
+    ref = masked_reference(q, k, v, bias, token_rule(q_codes, k_codes, n_dense, radius))
+    assert (out.double() - ref).abs().max().item() < 2e-5
