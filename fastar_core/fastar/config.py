@@ -36,7 +36,7 @@ class FastARConfig:
     calibration: str | None = None  # JSON written by `fastar calibrate`, used when layers == "auto"
     # Below this many bucketed keys per head, planning and gathering cost more than the attention they save,
     # so the layer runs dense (the paper, too, finds sparse kernels lose on short sequences).
-    annsa_min_keys: int = 4096
+    annsa_min_keys: int = 8192
     # Approximate nearest-neighbour search shared by AnnCA, AnnSA and the LSH/quant matchers.
     ann: str = "lsh"
     bits: int = 6  # LSH bits per table (buckets = 2**bits), or coarse-quantizer bits
