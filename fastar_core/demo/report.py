@@ -131,7 +131,15 @@ def _table(cases) -> str:
     return "\n".join(lines)
 
 
-def write_model_card(out_dir: Path, meta: dict, cases, losses: list) -> None:
+def _failure_summary(cases) -> str:
+    """Which checks failed in how many rollouts, e.g. 'areas failed in 5 of 6 rollouts'."""
+    names = list(cases[0].report["checks"]) if cases else []
+    failed = {n: sum(not c.report["checks"][n] for c in cases) for n in names}
+    parts = [f"`{n}` failed in {k} of {len(cases)}" for n, k in failed.items() if k]
+    return ("Failed checks: " + "; ".join(parts) + ".") if parts else "Every check passed in every rollout."
+
+
+def write_model_card(out_dir: Path, meta: dict, cases, losses: list, notes: str = "") -> None:
     from .settings import MODEL_CONFIG
 
     training = meta["training"]
@@ -172,9 +180,13 @@ clean pass at context noise {meta['context_noise']}, image-to-video from a rende
 - Flow matching (x_t = (1-s) x0 + s n, target n - x0), one noise level per chunk: the sampler's step sigmas with
   probability {recipe['p_schedule_sigma']}, logit-normal otherwise.
 - Context corruption against drift: with probability {recipe['p_context_corruption']} per chunk the clean context
-  is blurred (mix up to 0.6) and noised (std up to 0.08) but still labelled clean (t = 0).
+  is blurred (mix up to 0.6) and noised (std up to 0.08) but still labelled clean (t = 0); with probability
+  {recipe.get('p_own_context', 0.0)} per clip the context chunks after the first are replaced by the model's own
+  one-step x0 predictions (from the sampler's step sigmas).
+- Loss weight {recipe.get('sprite_loss_weight', 1.0)}x on pixels where a sprite is or just was (its trail).
 - AdamW (lr {recipe['lr']}, betas 0.9/0.99, weight decay {recipe['weight_decay']}), {recipe['warmup_steps']} warm-up
-  steps then cosine decay planned over {recipe['steps']} steps, batch {recipe['batch']} clips, gradient clip
+  steps then cosine decay over {recipe['steps']} steps or the wall-time budget, whichever runs out first,
+  batch {recipe['batch']} clips, gradient clip
   {recipe['grad_clip']}, EMA {recipe['ema_decay']} (the saved weights), seed {training['seed']}.
 
 ## Training run
@@ -196,8 +208,9 @@ spans >= {th.motion_min_span_px} px in >= {th.motion_min_fraction:.0%} of {th.mo
 Reference videos (100 scenes): the true rendered video passes 100/100; noise, a frozen frame, a flat background,
 the background alone: 0/100.
 
-**{passed} of {len(cases)} rollouts pass.**
+**{passed} of {len(cases)} rollouts pass.** {_failure_summary(cases)}
 
+{notes}
 {_table(cases)}
 
 ![samples](samples.png)
@@ -239,7 +252,9 @@ def _parameter_count(path: Path) -> int:
         return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
 
 
-def write_report(out_dir, seeds=BAR_SEEDS, caches=tuple(BAR_CACHES), num_frames: int = BAR_FRAMES, log=print) -> dict:
+def write_report(out_dir, seeds=BAR_SEEDS, caches=tuple(BAR_CACHES), num_frames: int = BAR_FRAMES, notes: str = "",
+                 log=print) -> dict:
+    """``notes``: a Markdown paragraph placed under the verdict (observations on these particular weights)."""
     from .model import load_demo_model
 
     out_dir = Path(out_dir)
@@ -255,5 +270,5 @@ def write_report(out_dir, seeds=BAR_SEEDS, caches=tuple(BAR_CACHES), num_frames:
                 "background_psnr_db": [round(v, 2) for v in c.report["curves"]["background_psnr_db"]]}
                for c in cases]
     (out_dir / "eval.json").write_text(json.dumps(results, indent=1))
-    write_model_card(out_dir, demo.metadata, cases, losses)
+    write_model_card(out_dir, demo.metadata, cases, losses, notes)
     return {"passed": sum(r["passed"] for r in results), "cases": len(results)}
