@@ -14,7 +14,7 @@ import torch
 
 from ..kernels import attention as kernel_attention
 from .kv_cache import CacheView
-from .rope import rotate
+from .rope import apply_rope, rope_cos_sin, rotate
 
 
 @dataclass
@@ -63,26 +63,46 @@ class DenseAttention:
     def __init__(self, backend: str = "auto", rope_max_distance: int | None = None):
         self.backend = backend
         self.rope_max_distance = rope_max_distance
+        self._current_tables = (None, None)  # (positions tensor, cos/sin) of the pass being run
+        self._rotated_cache: dict = {}  # layer -> (key, rotated cache keys), CPU only
 
     def begin_rollout(self, num_layers: int) -> None:
         """Called once before a rollout; stateful variants reset here."""
+        self._current_tables = (None, None)
+        self._rotated_cache = {}
 
     def _min_t(self, info: PassInfo) -> int | None:
         if self.rope_max_distance is None:
             return None
         return info.num_frames - 1 - self.rope_max_distance
 
-    def rotate_inputs(self, q, k, positions, view: CacheView | None, info: PassInfo):
-        """RoPE on queries, current keys and cache keys, at positions relative to this pass."""
-        cur = relative_positions(positions, info.frame_start, None)[None]
-        q_rot, k_rot = rotate(q, cur), rotate(k, cur)
+    def rotate_inputs(self, layer: int, q, k, positions, view: CacheView | None, info: PassInfo):
+        """RoPE on queries, current keys and cache keys, at positions relative to this pass.
+
+        The runner passes one positions tensor per forward, so the current tokens' tables are computed once per
+        pass, not per layer. On a CPU, rotated cache keys are also kept while the layer's cache is unchanged
+        (every denoising step of a chunk reads the same entries at the same relative positions); on a GPU
+        rotating is cheap and the extra copy of the keys would cost memory."""
+        if self._current_tables[0] is not positions:
+            cur = relative_positions(positions, info.frame_start, None)[None]
+            self._current_tables = (positions, rope_cos_sin(cur, q.shape[-1]))
+        cos, sin = self._current_tables[1]
+        q_rot, k_rot = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if view is None:
             return q_rot, k_rot, None
-        cache_pos = relative_positions(view.positions, info.frame_start, self._min_t(info))
-        return q_rot, k_rot, rotate(view.k.to(k.dtype), cache_pos)
+        min_t = self._min_t(info)
+        key = (view.version, view.length, info.frame_start, info.num_frames, min_t, k.dtype)
+        memo = self._rotated_cache.get(layer) if view.k.device.type == "cpu" else None
+        if memo is not None and memo[0] == key:
+            return q_rot, k_rot, memo[1]
+        cache_pos = relative_positions(view.positions, info.frame_start, min_t)
+        cache_k = rotate(view.k.to(k.dtype), cache_pos)
+        if view.k.device.type == "cpu":
+            self._rotated_cache[layer] = (key, cache_k)
+        return q_rot, k_rot, cache_k
 
     def self_attention(self, layer: int, q, k, v, positions, view: CacheView | None, info: PassInfo):
-        q_rot, k_rot, cache_k = self.rotate_inputs(q, k, positions, view, info)
+        q_rot, k_rot, cache_k = self.rotate_inputs(layer, q, k, positions, view, info)
         if view is None:
             return kernel_attention(q_rot, k_rot, v, backend=self.backend)
         keys = torch.cat([cache_k, k_rot], dim=2)

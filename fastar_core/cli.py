@@ -69,10 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-recall", type=float, default=None)
     p.add_argument("--fraction", type=float, default=0.7, help="share of layers to sparsify")
 
-    p = sub.add_parser("train-demo", help="train the bundled demo model")
-    p.add_argument("--out", required=True)
-    p.add_argument("--minutes", type=float, default=60.0)
-    p.add_argument("--seed", type=int, default=0)
+    # Listed here for --help; its options live with the trainer (see main).
+    sub.add_parser("train-demo", help="train the bundled demo model (fastar train-demo --help)")
     return parser
 
 
@@ -100,6 +98,11 @@ def cmd_info(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train-demo"]:
+        from .demo.train import main as train_main
+
+        return train_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "info":
@@ -120,11 +123,6 @@ def main(argv=None) -> int:
             from .fastar.calibrate import run_calibrate
 
             return run_calibrate(args)
-        if args.command == "train-demo":
-            from .demo.train import train_demo
-
-            train_demo(Path(args.out), minutes=args.minutes, seed=args.seed)
-            return 0
     except FastARError as e:
         print(f"fastar: error: {e}", file=sys.stderr)
         return 2

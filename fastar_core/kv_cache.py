@@ -31,6 +31,7 @@ class CacheView:
     positions: torch.Tensor  # [H|1, L, 3] int64 (t, h, w); t absolute, re-based where the policy moves a sink
     n_sink: int  # the first n_sink entries are sink tokens
     uniform: bool  # True when bias is 0 everywhere, so attention may skip it
+    version: int = 0  # changes whenever the layer's entries change (commit, rewind): lets readers memoise
 
     @property
     def length(self) -> int:
@@ -66,6 +67,7 @@ class KVCache:
         self.tokens_per_frame = grid_hw[0] * grid_hw[1]
         self.dtype = dtype
         self.device = torch.device(device)
+        self.versions = [0] * num_layers
 
     # -- reading --------------------------------------------------------------------------------------------
     def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
@@ -189,12 +191,14 @@ class DenseKVCache(KVCache):
         self.positions[layer, idx] = grid_positions(frame_start, num_frames, *self.grid_hw, device=self.device)
         self.bias[layer, idx] = 0.0
         self.high_water[layer] = max(self.high_water[layer], max(slots) + 1)
+        self.versions[layer] += 1
 
     def finish_commit(self) -> None:
         self._pending = None
 
     def rewind(self, frame: int) -> None:
         for layer in range(self.num_layers):
+            self.versions[layer] += 1
             for slot, f in enumerate(self.slot_frame[layer]):
                 if f >= max(frame, self.sink_frames):
                     self.slot_frame[layer][slot] = -1
@@ -214,6 +218,7 @@ class DenseKVCache(KVCache):
         return CacheView(
             k=self.k[layer][:, :, :end], v=self.v[layer][:, :, :end], bias=self.bias[layer, :end][None, None],
             positions=self.positions[layer, :end][None], n_sink=n_sink, uniform=len(live) == self.high_water[layer],
+            version=self.versions[layer],
         )
 
     def _rolling_view(self, layer, query_start, query_frames) -> CacheView:
@@ -232,7 +237,7 @@ class DenseKVCache(KVCache):
         return CacheView(
             k=self.k[layer].index_select(2, idx), v=self.v[layer].index_select(2, idx),
             bias=torch.zeros(1, 1, idx.numel(), device=self.device), positions=positions[None],
-            n_sink=len(sink) * self.tokens_per_frame, uniform=True,
+            n_sink=len(sink) * self.tokens_per_frame, uniform=True, version=self.versions[layer],
         )
 
     def _bytes_per_token(self) -> int:

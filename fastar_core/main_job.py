@@ -18,7 +18,7 @@ from .bench.scenarios import bench_modes, demo_scenario
 from .fastar.metrics import per_frame_psnr
 
 DEFAULT_FRAMES = 240
-UPSCALE = 4  # 32x32 demo frames are shown at 128x128
+UPSCALE = 4  # 24x24 demo frames are shown at 96x96
 
 
 class ProgressBar:

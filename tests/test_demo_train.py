@@ -3,10 +3,11 @@
 import pytest
 import torch
 
+from comfyui_fastar.fastar_core.cli import main as fastar_main
 from comfyui_fastar.fastar_core.demo.data import sprite_weights, training_batch
 from comfyui_fastar.fastar_core.demo.model import load_demo_model
 from comfyui_fastar.fastar_core.demo.settings import ROPE_MAX_DISTANCE, TRAIN_CLIP_FRAMES, WEIGHTS_FILE
-from comfyui_fastar.fastar_core.demo.train import TrainRecipe, main, train_demo
+from comfyui_fastar.fastar_core.demo.train import TrainRecipe, train_demo
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +27,9 @@ def _weights(path):
 def test_same_seed_same_weights_and_the_file_loads_as_a_demo_model(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     train_demo(a, steps=1, batch=1, threads=1, report=False, log=lambda m: None)
-    assert main(["--out", str(b), "--steps", "1", "--batch", "1", "--threads", "1", "--no-report"]) == 0
+    # The second run goes through `fastar train-demo`, which hands every option to the trainer.
+    argv = ["train-demo", "--out", str(b), "--steps", "1", "--batch", "1", "--threads", "1", "--no-report"]
+    assert fastar_main(argv) == 0
     wa, wb = _weights(a), _weights(b)
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)

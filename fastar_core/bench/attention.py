@@ -46,7 +46,7 @@ def _time(repeats, fn, *args, **kwargs):
     return sorted(times)[len(times) // 2]
 
 
-def run_attention_bench(out_dir, cache_frames=(3, 12, 21, 42), heads=None, repeats=3, seed=0, device=None) -> dict:
+def run_attention_bench(out_dir, cache_frames=(3, 12, 21, 42), heads=None, repeats=5, seed=0, device=None) -> dict:
     out_dir = Path(out_dir)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     heads = heads or (12 if device.type == "cuda" else 2)

@@ -7,6 +7,7 @@ and SSIM against ``dense-global`` (the paper's unbounded baseline). ``rollout.js
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
         start = time.perf_counter()
 
         def show(row, name=name):
-            if progress:
+            if progress and sys.stdout.isatty():
                 print(f"\r{name:16s} chunk {row['index']:4d} {row['seconds'] * 1000:8.1f} ms "
                       f"cache {row['cache_bytes'] / 2**20:8.2f} MiB", end="", flush=True)
 
@@ -108,7 +109,7 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
             "cache_bytes_last": m["chunks"][-1]["cache_bytes"],
             "psnr_mean": _round(mean(finite), 3) if scenario.quality else None,
             "ssim_mean": _round(mean(m.get("ssim", [])), 4) if scenario.quality else None,
-            "density_mean": _round(mean(r.get("density") for r in m["chunks"]), 4),
+            "density_mean": _round(mean(r.get("density") for r in m.get("measured_chunks", [])), 4),
             "recall_mean": _round(mean(r.get("recall") for r in m.get("measured_chunks", [])), 4),
         }
         if scenario.quality and name == "dense-global":
@@ -121,7 +122,8 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
             "speedup_vs_dense": "total chunk seconds of dense-global / this mode, same run, same seed",
             "latency_growth": "mean seconds of the last 10 chunks / mean of chunks 5 to 15",
             "psnr_mean": "mean over generated frames of PSNR against dense-global (data range 2)",
-            "density": "executed query-key pairs / dense pairs, mean over self-attention calls of a chunk",
+            "density": f"executed query-key pairs / dense pairs, mean over self-attention calls of a chunk, first "
+                       f"{MEASURED_FRAMES} frames",
             "recall": f"dense attention mass on visited keys, 64 sampled queries per call, first "
                       f"{MEASURED_FRAMES} frames",
         },

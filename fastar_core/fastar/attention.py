@@ -101,7 +101,7 @@ class FastARAttention(DenseAttention):
                 self._tally["sa_density"] += 1.0
             return super().self_attention(layer, q, k, v, positions, view, info)
 
-        q_rot, k_rot, cache_k = self.rotate_inputs(q, k, positions, view, info)
+        q_rot, k_rot, cache_k = self.rotate_inputs(layer, q, k, positions, view, info)
         s = view.n_sink
         # Key order for the layout: dense keys first (sink, then the current chunk), then the sparse rest.
         keys = torch.cat([cache_k[:, :, :s], k_rot, cache_k[:, :, s:]], dim=2)
@@ -151,7 +151,7 @@ class FastARAttention(DenseAttention):
 
     # -- cross-attention (AnnCA) -----------------------------------------------------------------------------------
     def _merged_prompt(self, layer, text_k, text_v):
-        """Unique (key, value) prompt rows with their multiplicities, computed once per prompt and layer."""
+        """Unique (key, value) prompt rows, their multiplicities and hash probes, once per prompt and layer."""
         cached = self._prompt_merge.get(layer)
         if cached is not None and cached[0] is text_k:
             return cached[1:]
@@ -162,44 +162,48 @@ class FastARAttention(DenseAttention):
         first.scatter_reduce_(0, inverse, torch.arange(L, device=rows.device), reduce="amin")
         first, order = first.sort()  # keep prompt order
         counts = counts[order].float()
-        merged = (text_k[:, :, first], text_v[:, :, first], counts.log(), counts > 1)
+        k_u = text_k[:, :, first]
+        # Hash codes of the unique prompt keys (and their Hamming-1 probes) once per prompt and layer.
+        hasher = self._hasher(self._ca_hash, layer, 2, self.config.tables, text_k.device)
+        k_codes = hasher.codes(k_u).long()  # [B, H, Lu, T]
+        k_probes = hamming1_probes(k_codes, hasher.bits) if hasher.multiprobe else k_codes[..., None]
+        merged = (k_u, text_v[:, :, first], counts.log(), counts > 1, k_probes)
         self._prompt_merge[layer] = (text_k, *merged)
         return merged
 
     def cross_attention(self, layer, q, text_k, text_v, info):
         if not self.config.annca:
             return super().cross_attention(layer, q, text_k, text_v, info)
-        k_u, v_u, log_count, merged = self._merged_prompt(layer, text_k, text_v)
+        k_u, v_u, log_count, merged, k_probes = self._merged_prompt(layer, text_k, text_v)
         bias = log_count[None, None]
         if not self.config.annca_prune:
             self._tally["ca_calls"] += 1
             self._tally["ca_kept"] += k_u.shape[2] / text_k.shape[2]
             return kernel_attention(q, k_u, v_u, bias, backend=self.backend)
 
+        # Per frame: the prompt tokens whose bucket (or a Hamming-1 probe of it) some query of the frame hits.
         hasher = self._hasher(self._ca_hash, layer, 2, self.config.tables, q.device)
-        k_codes = hasher.codes(k_u)  # [B, H, Lu, T]
-        if hasher.multiprobe:
-            k_probes = hamming1_probes(k_codes.long(), hasher.bits)  # [B, H, Lu, T, 1 + bits]
-        else:
-            k_probes = k_codes.long()[..., None]
-        tpf = info.tokens_per_frame
-        out = torch.empty_like(q)
-        for f in range(q.shape[2] // tpf):
-            qf = q[:, :, f * tpf:(f + 1) * tpf]
-            q_codes = hasher.codes(qf).long()  # [B, H, n, T]
-            B, H, _, T = q_codes.shape
-            hit_map = torch.zeros(B, H, T, 2**hasher.bits, dtype=torch.bool, device=q.device)
-            hit_map.scatter_(-1, q_codes.transpose(2, 3), True)
-            probes = k_probes.permute(0, 1, 3, 2, 4).reshape(B, H, T, -1)  # [B, H, T, Lu*(P)]
-            hits = hit_map.gather(-1, probes).view(B, H, T, k_u.shape[2], -1).any(-1).any(2)  # [B, H, Lu]
-            keep = hits | merged[None, None]
-            frame_bias = torch.where(keep, bias, torch.full_like(bias.expand_as(keep), float("-inf")))
-            out[:, :, f * tpf:(f + 1) * tpf] = kernel_attention(qf, k_u, v_u, frame_bias, backend=self.backend)
-            self._tally["ca_calls"] += 1
-            self._tally["ca_kept"] += float(keep.float().sum(-1).mean()) / text_k.shape[2]
-            if self.measure:
-                probs = dense_probabilities(qf[:, :, :MEASURED_QUERIES], k_u, bias)
-                self._tally["ca_recall"] += attention_recall(probs, keep[:, :, None, :].float())
-                self._tally["ca_recall_n"] += 1
+        B, H, N, D = q.shape
+        F, tpf = N // info.tokens_per_frame, info.tokens_per_frame
+        T, n_codes = hasher.tables, 2**hasher.bits
+        q_codes = hasher.codes(q).long().view(B, H, F, tpf, T).permute(0, 1, 2, 4, 3)  # [B, H, F, T, tpf]
+        hit_map = torch.zeros(B, H, F, T, n_codes, dtype=torch.bool, device=q.device)
+        hit_map.scatter_(-1, q_codes, True)
+        probes = k_probes.permute(0, 1, 3, 2, 4).reshape(B, H, 1, T, -1).expand(B, H, F, T, -1)
+        hits = hit_map.gather(-1, probes).view(B, H, F, T, k_u.shape[2], -1).any(-1).any(3)  # [B, H, F, Lu]
+        keep = hits | merged
+        frame_bias = torch.where(keep, bias[:, :, None], torch.tensor(float("-inf"), device=q.device))
+        # Frames become batch entries, so one attention call serves them all with their own key subsets.
+        qf = q.view(B, H, F, tpf, D).transpose(1, 2).reshape(B * F, H, tpf, D)
+        kf = k_u[:, None].expand(B, F, *k_u.shape[1:]).reshape(B * F, *k_u.shape[1:])
+        vf = v_u[:, None].expand(B, F, *v_u.shape[1:]).reshape(B * F, *v_u.shape[1:])
+        bf = frame_bias.transpose(1, 2).reshape(B * F, H, -1)
+        out = kernel_attention(qf, kf, vf, bf, backend=self.backend)
+        out = out.view(B, F, H, tpf, D).transpose(1, 2).reshape(B, H, N, D)
+        self._tally["ca_calls"] += 1
+        self._tally["ca_kept"] += float(keep.float().sum(-1).mean()) / text_k.shape[2]
+        if self.measure:
+            probs = dense_probabilities(qf[:, :, :MEASURED_QUERIES], kf, bias)
+            self._tally["ca_recall"] += attention_recall(probs, keep.transpose(1, 2).reshape(B * F, H, 1, -1).float())
+            self._tally["ca_recall_n"] += 1
         return out
-

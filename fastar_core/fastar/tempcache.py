@@ -87,6 +87,7 @@ class TempCache(KVCache):
         self._pending = (frame_start, num_frames)
 
     def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.versions[layer] += 1
         frame_start, num_frames = self._pending
         positions = grid_positions(frame_start, num_frames, *self.grid_hw, device=self.device)
         k, v = k.to(self.dtype), v.to(self.dtype)
@@ -180,6 +181,7 @@ class TempCache(KVCache):
     def rewind(self, frame: int) -> None:
         """Drop groups whose newest member is at or after ``frame`` (their older members go with them)."""
         for layer in range(self.num_layers):
+            self.versions[layer] += 1
             stale = self.pos[layer][..., 0] >= frame
             stale[:, :, : self.sink_tokens] = False
             self.count[layer].masked_fill_(stale, 0.0)
@@ -193,7 +195,7 @@ class TempCache(KVCache):
         bias = torch.where(count > 0, count.clamp_min(1e-30).log(), torch.full_like(count, float("-inf")))
         return CacheView(
             k=self.k[layer][:, :, :hw], v=self.v[layer][:, :, :hw], bias=bias, positions=self.pos[layer][:, :, :hw],
-            n_sink=min(self.sink_tokens, hw), uniform=False,
+            n_sink=min(self.sink_tokens, hw), uniform=False, version=self.versions[layer],
         )
 
     # -- accounting -----------------------------------------------------------------------------------------
