@@ -6,6 +6,7 @@ convert at the edges.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,8 @@ from ..fastar_core.schedule import get_schedule
 from .model_access import ARModel
 from .prompting import ARPromptSchedule
 from .report import build_report
+
+log = logging.getLogger("FAST-AR")
 
 
 @dataclass
@@ -122,6 +125,8 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
             preview, image = None, None
         bar.update_absolute(done[0], None, image)
 
+    log.info("FAST-AR: sampling %d latent frames in %d chunks, cache %s", generated, n_chunks,
+             describe_policy(policy, spec, fastar))
     try:
         result = sampler.generate(prompts, cfg, initial_latents=init, callback=on_chunk, cancel=host.interrupted,
                                   step_callback=on_step, output_device=host.intermediate_device(),

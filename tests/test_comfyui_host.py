@@ -82,12 +82,13 @@ def server(tmp_path_factory):
         log.close()
 
 
-def run_prompt(prompt, timeout=600, interrupt_after=None):
+def run_prompt(prompt, timeout=600, interrupt_when=None):
+    """Queue a prompt and wait for its history entry; ``interrupt_when()`` turning true sends an interrupt."""
     status, queued = http("POST", "/prompt", {"prompt": prompt, "client_id": str(uuid.uuid4())})
     assert status == 200, json.dumps(queued)[:3000]
     prompt_id, start, interrupted = queued["prompt_id"], time.time(), False
     while time.time() - start < timeout:
-        if interrupt_after is not None and not interrupted and time.time() - start > interrupt_after:
+        if interrupt_when is not None and not interrupted and interrupt_when():
             http("POST", "/interrupt", {})
             interrupted = True
         status, history = http("GET", f"/history/{prompt_id}")
@@ -240,7 +241,15 @@ def test_custom_sampling_image_to_video_and_streaming_save(server):
 def test_interrupt_mid_rollout_ends_cleanly(server):
     need_harness()
     run_prompt(long_video_prompt())  # the loader's output is cached from here on
-    entry = run_prompt(long_video_prompt(length=1201, seed=123), interrupt_after=4)
+    sampling_line = "FAST-AR: sampling 1001 latent frames"
+    long_run = long_video_prompt(length=4001, seed=123)
+    for node in ("5", "6", "7", "8"):  # no decode: an interrupt that is ignored fails fast, not after minutes
+        del long_run[node]
+
+    def sampler_is_running():
+        return sampling_line in server["log"].read_text()
+
+    entry = run_prompt(long_run, interrupt_when=sampler_is_running)
     interrupted = messages(entry, "execution_interrupted")
     assert interrupted and interrupted[0]["node_type"] == "FastAR_LongVideoSampler", entry["status"]
     assert not messages(entry, "execution_error")
