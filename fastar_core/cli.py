@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="demo", choices=["demo", "wan-shapes"], help="rollout model")
     p.add_argument("--modes", default=None, help="comma-separated subset of modes")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=None,
+                   help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes)")
     p.add_argument("--budget", type=float, default=None, help="time budget in seconds (GPU scripts)")
 
     p = sub.add_parser("calibrate", help="measure per-layer AnnSA recall and write the layer list")

@@ -23,6 +23,8 @@ SAMPLER_MODES = ("auto", "chunk", "rolling")
 FASTAR_PRESETS = ("off", "quality", "balanced", "fast")
 FASTAR_BACKENDS = ("auto", "triton", "flashinfer", "flex", "torch")
 SWITCH = ("preset", "on", "off")  # a FAST-AR component: as the preset says, or forced
+# AnnCA: the exact pad merge (what the presets use), the merge plus per-frame prompt pruning, or nothing.
+ANNCA_CHOICES = ("preset", "pad merge", "pad merge + prune", "off")
 
 # Wan2.1: 8x spatial VAE and a 2x2 patch, so pixel sizes step by 16; 4x temporal VAE, so lengths are 4k+1.
 PIXEL_STEP = 16

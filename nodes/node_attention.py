@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.fastar.config import get_preset, parse_layers
-from .constants import CATEGORY, FASTAR_BACKENDS, FASTAR_OPTIONS_KEY, FASTAR_PRESETS, SWITCH
+from .constants import ANNCA_CHOICES, CATEGORY, FASTAR_BACKENDS, FASTAR_OPTIONS_KEY, FASTAR_PRESETS, SWITCH
 from .inputs import combo, float_input, int_input, link, string_input
 from .model_access import check_wan_t2v, diffusion_model_of
 
@@ -17,11 +17,20 @@ def _switch(value: str):
     return None if value == "preset" else value == "on"
 
 
+def _annca(value: str) -> dict:
+    """The AnnCA combo as config overrides (None keeps the preset's value)."""
+    if value == "preset":
+        return {}
+    if value == "off":
+        return {"annca": False}
+    return {"annca": True, "annca_prune": value == "pad merge + prune"}
+
+
 class FastARAttention:
     DESCRIPTION = ("Turns on FAST-AR for the AR samplers of this pack: TempCache (a bounded KV cache that merges "
-                   "temporally matching keys), AnnCA (prompt-token pruning in cross-attention) and AnnSA (bucketed "
-                   "sparse self-attention). Pick a preset, then override single knobs; 0 / -1 / 'preset' keep the "
-                   "preset's value. ComfyUI's KSampler ignores this patch.")
+                   "temporally matching keys), AnnCA (merged, optionally pruned prompt tokens in cross-attention) "
+                   "and AnnSA (bucketed sparse self-attention). Pick a preset, then override single knobs; "
+                   "0 / -1 / 'preset' keep the preset's value. ComfyUI's KSampler ignores this patch.")
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -37,8 +46,9 @@ class FastARAttention:
                                                     "0 = preset."),
             "capacity_frames": int_input(0, 0, 4096, "TempCache capacity in latent frames' worth of tokens, sink "
                                                      "included; memory stays flat at this size. 0 = preset."),
-            "annca": combo(SWITCH, "AnnCA: merge identical padded prompt tokens and prune prompt tokens no query of a "
-                                   "frame hashes near."),
+            "annca": combo(ANNCA_CHOICES, "AnnCA: 'pad merge' merges the identical padded prompt tokens into one "
+                                          "key (exact; what the presets use); '+ prune' also drops, per frame, "
+                                          "prompt tokens no query hashes near (approximate, rarely faster)."),
             "annsa": combo(SWITCH, "AnnSA: bucketed sparse self-attention over the cache (sink and current chunk stay "
                                    "dense)."),
             "bits": int_input(0, 0, 16, "LSH bits per table for AnnSA/AnnCA (2^bits buckets; more = sparser). "
@@ -67,7 +77,7 @@ class FastARAttention:
                               "the list that `fastar calibrate` printed")
         config = get_preset(preset).with_overrides(
             tempcache=_switch(tempcache), threshold=threshold or None, capacity_frames=capacity_frames or None,
-            annca=_switch(annca), annsa=_switch(annsa), bits=bits or None, tables=tables or None,
+            **_annca(annca), annsa=_switch(annsa), bits=bits or None, tables=tables or None,
             dense_warmup=None if dense_warmup < 0 else dense_warmup, layers=parse_layers(layers), backend=backend,
         )
         config.validate(num_layers=len(dm.blocks))

@@ -5,6 +5,7 @@ import os
 import pathlib
 import sys
 
+import pytest
 import torch
 
 # Must be set before any module that defines @triton.jit kernels is imported.
@@ -29,3 +30,12 @@ def _import_checkout_as_package() -> None:
 
 _import_checkout_as_package()
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture()
+def one_thread():
+    """Small tensors: one thread avoids the OpenMP barrier stalls that dominate on a shared, busy CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

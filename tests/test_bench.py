@@ -2,15 +2,20 @@
 
 import json
 
+import pytest
+import torch
+
+from comfyui_fastar.fastar_core.bench.cross_attention import cross_attention_rows
 from comfyui_fastar.fastar_core.cli import main
 
-SUMMARY_FIELDS = {"speedup_vs_dense", "latency_growth", "cache_bytes_max", "psnr_mean", "ssim_mean",
+SUMMARY_FIELDS = {"speedup_vs_dense", "latency_growth", "cache_bytes_max", "cache_bytes_allocated", "psnr_mean",
+                  "ssim_mean",
                   "density_mean", "recall_mean", "seconds_total"}
 
 
 def test_bench_rollout_writes_every_field(tmp_path, capsys):
     out = tmp_path / "bench"
-    assert main(["bench", "rollout", "--frames", "51", "--out", str(out)]) == 0
+    assert main(["bench", "rollout", "--frames", "51", "--repeats", "2", "--out", str(out)]) == 0
     report = json.loads((out / "rollout.json").read_text())
     assert (out / "rollout.png").stat().st_size > 1000
     assert set(report["modes"]) >= {"dense-global", "dense-window", "tempcache", "tempcache+annsa", "all"}
@@ -19,6 +24,8 @@ def test_bench_rollout_writes_every_field(tmp_path, capsys):
         assert len(mode["chunks"]) == 17
         for chunk in mode["chunks"]:
             assert {"seconds", "cache_bytes", "rss_bytes"} <= set(chunk)
+            rounds = chunk["seconds_each_round"]
+            assert len(rounds) == 2 and abs(chunk["seconds"] - sum(rounds) / 2) < 1e-4  # median of two
         assert len(mode["psnr"]) == len(mode["ssim"]) == 51
         assert mode["summary"]["latency_growth"] > 0
     assert report["modes"]["dense-global"]["summary"]["speedup_vs_dense"] == 1.0
@@ -26,3 +33,28 @@ def test_bench_rollout_writes_every_field(tmp_path, capsys):
     assert 0 < forced["density_mean"] <= 1 and 0 < forced["recall_mean"] <= 1
     table = capsys.readouterr().out
     assert "speedup" in table and "all+forced-annsa" in table
+
+
+def test_bench_rollout_refuses_bad_modes_and_repeats(tmp_path, capsys):
+    assert main(["bench", "rollout", "--frames", "6", "--modes", "dense-sparkle", "--out", str(tmp_path)]) == 2
+    assert "dense-sparkle" in capsys.readouterr().err
+    assert main(["bench", "rollout", "--frames", "6", "--repeats", "0", "--out", str(tmp_path)]) == 2
+    assert "--repeats" in capsys.readouterr().err
+
+
+def test_cross_attention_rows_time_every_path_and_the_pad_merge_is_exact():
+    q = torch.randn(1, 2, 3 * 16, 32, generator=torch.Generator().manual_seed(0))
+    calls = []
+
+    def timer(fn, *args):
+        calls.append(fn)
+        fn(*args)
+        return 0.001
+
+    rows = cross_attention_rows(q, tokens_per_frame=16, timer=timer, real_tokens=(8, 40))
+    assert [r["real_tokens"] for r in rows] == [8, 40] and len(calls) == 6
+    for row in rows:
+        assert set(row["seconds"]) == {"padded", "pad_merge", "pad_merge+prune"}
+        assert row["kept_share"]["pad_merge"] == pytest.approx((row["real_tokens"] + 1) / 512, abs=1e-4)
+        assert row["kept_share"]["pad_merge+prune"] <= row["kept_share"]["pad_merge"] + 1e-6
+        assert row["output_error_vs_padded"]["pad_merge"] < 1e-5

@@ -58,11 +58,12 @@ def test_generate_with_fastar_reports_groups_density_and_recall(ckpt, tmp_path):
     out = tmp_path / "fastar"
     args = ["generate", "--checkpoint", str(ckpt), "--frames", "12", "--height", "64", "--width", "64",
             "--cond", str(cond), "--out", str(out), "--fastar", "balanced", "--capacity", "6", "--measure",
-            "--annsa-min-keys", "0",
+            "--annsa-min-keys", "0", "--annca-prune",
             "--device", "cpu"]
     assert main(args) == 0
     stats = json.loads((out / "stats.json").read_text())
     assert stats["fastar"]["tempcache"] and stats["cache"] == "tempcache"
+    assert stats["fastar"]["annca"] and stats["fastar"]["annca_prune"]
     late = stats["chunks"][-1]
     assert len(late["groups"]) == 2
     assert 0 < late["density"] <= 1 and 0 < late["recall"] <= 1

@@ -6,14 +6,7 @@ import torch
 from comfyui_fastar.fastar_core.demo.evaluate import Thresholds, colour_masks, evaluate_rollout
 from comfyui_fastar.fastar_core.demo.world import PALETTE, make_scene, palette_tensor
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: one thread avoids the OpenMP barrier stalls that dominate on a shared, busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SEEDS = (0, 1, 2, 3)
 FRAMES = 120

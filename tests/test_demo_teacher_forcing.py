@@ -14,14 +14,7 @@ from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.wan_config import WanConfig
 from comfyui_fastar.fastar_core.wan_model import random_wan
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: one thread avoids the OpenMP barrier stalls that dominate on a shared, busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 CFG = WanConfig(dim=48, num_heads=2, num_layers=2, ffn_dim=96, in_dim=3, out_dim=3, text_dim=16, freq_dim=32,
                 text_len=8, patch_size=(1, 4, 4))

@@ -18,14 +18,7 @@ from comfyui_fastar.fastar_core.demo.text import (
 )
 from comfyui_fastar.fastar_core.demo.world import make_scene
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: one thread avoids the OpenMP barrier stalls that dominate on a shared, busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 VOCAB = default_vocabulary()
 WORDS = VOCAB[2:]

@@ -5,14 +5,7 @@ import torch
 
 from comfyui_fastar.fastar_core.demo.world import PALETTE, SHAPES, make_scene, render_clip
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: one thread avoids the OpenMP barrier stalls that dominate on a shared, busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_same_seed_same_video_and_different_seeds_differ():

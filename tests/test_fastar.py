@@ -158,7 +158,8 @@ def test_pad_merge_alone_is_exact_and_pruning_drops_tokens():
     out = exact.cross_attention(0, q, text.k[0], text.v[0], info)
     assert (out - dense).abs().max() < 1e-5
     assert exact.chunk_stats()["ca_kept"] == pytest.approx(7 / 64, abs=1e-4)  # 6 words + 1 merged pad key
-    pruned = FastARAttention(FastARConfig(annca=True, bits=8, multiprobe=False), 2, 32, measure=True)
+    pruned = FastARAttention(FastARConfig(annca=True, annca_prune=True, bits=8, multiprobe=False), 2, 32,
+                             measure=True)
     pruned.begin_rollout(2)
     pruned.cross_attention(0, q, text.k[0], text.v[0], info)
     stats = pruned.chunk_stats()

@@ -77,6 +77,11 @@ def test_loader_lists_files_and_patch_clones(host, model):
     overridden = patch(model, threshold=0.7, annsa="off", capacity_frames=9)
     stored = overridden.model_options["transformer_options"][FASTAR_OPTIONS_KEY]
     assert (stored["threshold"], stored["annsa"], stored["capacity_frames"]) == (0.7, False, 9)
+    annca = {choice: patch(model, annca=choice).model_options["transformer_options"][FASTAR_OPTIONS_KEY]
+             for choice in ("preset", "pad merge", "pad merge + prune", "off")}
+    assert (annca["preset"]["annca"], annca["preset"]["annca_prune"]) == (True, False)  # balanced: exact merge
+    assert (annca["pad merge + prune"]["annca"], annca["pad merge + prune"]["annca_prune"]) == (True, True)
+    assert annca["pad merge"]["annca"] and not annca["pad merge"]["annca_prune"] and not annca["off"]["annca"]
 
 
 def test_load_patch_schedule_sample_report(host, model):

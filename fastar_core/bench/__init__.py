@@ -19,7 +19,8 @@ def run_bench(args) -> int:
         from .rollout import run_rollout_bench
 
         modes = args.modes.split(",") if args.modes else None
-        report = run_rollout_bench(out, frames=args.frames, model=args.model, modes=modes, seed=args.seed)
+        report = run_rollout_bench(out, frames=args.frames, model=args.model, modes=modes, seed=args.seed,
+                                   repeats=args.repeats)
         print_rollout_table(report)
     elif args.what == "attention":
         from .attention import run_attention_bench
@@ -38,14 +39,16 @@ def run_bench(args) -> int:
 
 
 def print_rollout_table(report: dict) -> None:
-    print(f"\n{'mode':18s} {'speedup':>8s} {'growth':>7s} {'cache MiB':>10s} {'PSNR dB':>8s} {'SSIM':>6s} "
-          f"{'density':>8s} {'recall':>7s}")
+    print(f"\n{'mode':18s} {'speedup':>8s} {'growth':>7s} {'live MiB':>9s} {'alloc MiB':>10s} {'PSNR dB':>8s} "
+          f"{'SSIM':>6s} {'density':>8s} {'recall':>7s}")
     for name, m in report["modes"].items():
         s = m["summary"]
 
         def fmt(x, spec):
             return format(x, spec) if isinstance(x, (int, float)) else "-"
 
+        alloc = s.get("cache_bytes_allocated")
         print(f"{name:18s} {fmt(s['speedup_vs_dense'], '8.2f')} {fmt(s['latency_growth'], '7.2f')} "
-              f"{s['cache_bytes_max'] / 2**20:10.2f} {fmt(s['psnr_mean'], '8.2f')} {fmt(s['ssim_mean'], '6.3f')} "
+              f"{s['cache_bytes_max'] / 2**20:9.2f} {fmt(alloc and alloc / 2**20, '10.2f')} "
+              f"{fmt(s['psnr_mean'], '8.2f')} {fmt(s['ssim_mean'], '6.3f')} "
               f"{fmt(s['density_mean'], '8.3f')} {fmt(s['recall_mean'], '7.3f')}")

@@ -1,10 +1,11 @@
-"""``fastar bench attention``: self-attention alone at Wan-1.3B shapes as the cache grows.
+"""``fastar bench attention``: attention alone at Wan-1.3B shapes, self-attention as the cache grows.
 
 One 3-frame chunk of queries (1,560 tokens per latent frame, head_dim 128; 2 heads on a CPU, 12 on CUDA)
 against a cache of F frames, for F growing. Paths: dense over the whole cache (the unbounded baseline),
 TempCache (capped at 21 frames, log-count bias), AnnSA (bucketed sparse over the whole cache) and both.
 Keys and queries come from a clustered synthetic distribution, so buckets mean something; AnnSA's output
-error and recall are measured against dense on the same keys.
+error and recall are measured against dense on the same keys. Cross-attention (AnnCA) is timed on the same
+queries against a padded 512-token prompt (``cross_attention.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from ...kernels import attention, build_sparse_layout, sparse_attention
 from ..fastar.ann import LSHMatcher
 from ..fastar.metrics import attention_recall, dense_probabilities, relative_error, sample_queries
+from .cross_attention import cross_attention_rows
 from .report import line_plots, machine, write_json
 
 TOKENS_PER_FRAME = 1560
@@ -107,9 +109,10 @@ def run_attention_bench(out_dir, cache_frames=(3, 12, 21, 42), heads=None, repea
         })
         print(f"cache {frames:3d} frames: dense {t_dense * 1000:8.1f} ms, tempcache {t_temp * 1000:8.1f} ms, "
               f"annsa {t_sparse * 1000:8.1f} ms (density {layout.density():.2f}), both {t_both * 1000:8.1f} ms")
+    cross = cross_attention_rows(q, TOKENS_PER_FRAME, lambda fn, *a: _time(repeats, fn, *a), seed=seed)
     report = {"benchmark": "attention", "device": str(device), "dtype": str(dtype), "heads": heads, "head_dim": D,
               "tokens_per_frame": TOKENS_PER_FRAME, "chunk_frames": CHUNK_FRAMES, "lsh_bits": BITS,
-              "capacity_frames": CAPACITY_FRAMES, "machine": machine(), "rows": rows}
+              "capacity_frames": CAPACITY_FRAMES, "machine": machine(), "rows": rows, "cross_attention": cross}
     write_json(out_dir / "attention.json", report)
     xs = [r["cache_frames"] for r in rows]
     line_plots(out_dir / "attention.png", [
@@ -120,5 +123,8 @@ def run_attention_bench(out_dir, cache_frames=(3, 12, 21, 42), heads=None, repea
          "series": {"density": (xs, [r["annsa_density"] for r in rows]),
                     "recall": (xs, [r["annsa_recall"] for r in rows]),
                     "output error": (xs, [r["annsa_output_error"] for r in rows])}},
+        {"title": "cross-attention (AnnCA)", "xlabel": "real prompt tokens of 512", "ylabel": "s",
+         "series": {p: ([r["real_tokens"] for r in cross], [r["seconds"][p] for r in cross])
+                    for p in ("padded", "pad_merge", "pad_merge+prune")}},
     ], title="attention at Wan-1.3B shapes")
     return report

@@ -7,12 +7,14 @@ and SSIM against ``dense-global`` (the paper's unbounded baseline). ``rollout.js
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+from ..errors import FastARError
 from ..fastar.metrics import per_frame_psnr, per_frame_ssim
 from ..fastar.session import build_sampler
 from ..runner import CausalRunner
@@ -51,7 +53,9 @@ def _rollout(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: 
 
 
 def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=None, seed: int = 0, device=None,
-                      progress: bool = True) -> dict:
+                      progress: bool = True, repeats: int | None = None) -> dict:
+    """Every mode on one model; with ``repeats`` > 1 the modes run in rotating rounds and each chunk's time is
+    the median over rounds, so a burst of load on a shared machine cannot land on one mode only."""
     out_dir = Path(out_dir)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     scenario = demo_scenario(seed, device) if model == "demo" else wan_shapes_scenario(seed, device)
@@ -61,26 +65,38 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
         names.insert(0, "dense-global")  # the reference every other mode is compared to
     unknown = [n for n in names if n not in all_modes]
     if unknown:
-        raise ValueError(f"unknown modes {unknown}; valid: {', '.join(all_modes)}")
+        raise FastARError(f"unknown modes {unknown}; valid: {', '.join(all_modes)}")
+
+    repeats = (3 if model == "demo" else 1) if repeats is None else repeats
+    if repeats < 1:
+        raise FastARError(f"--repeats must be at least 1, got {repeats}")
 
     # Warm-up: first calls allocate and pick kernels; keep them out of the timings.
     _rollout(scenario, *all_modes["dense-global"], frames=2 * scenario.frames_per_block, seed=seed)
 
-    results, per_mode = {}, {}
+    results, per_mode, times = {}, {}, {name: [] for name in names}
+    for round_index in range(repeats):
+        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+            spec, fastar = all_modes[name]
+            start = time.perf_counter()
+            label = name if repeats == 1 else f"{name} ({round_index + 1}/{repeats})"
+
+            def show(row, label=label):
+                if progress and sys.stdout.isatty():
+                    print(f"\r{label:22s} chunk {row['index']:4d} {row['seconds'] * 1000:8.1f} ms "
+                          f"cache {row['cache_bytes'] / 2**20:8.2f} MiB", end="", flush=True)
+
+            result, rows = _rollout(scenario, spec, fastar, frames, seed, on_chunk=show)
+            if progress:
+                print(f"\r{label:22s} done in {time.perf_counter() - start:7.1f} s" + " " * 30)
+            times[name].append([r["seconds"] for r in rows])
+            if round_index == 0:  # outputs are the same every round (same seed); keep the first
+                results[name] = result
+                per_mode[name] = {"chunks": rows, "fastar": fastar.to_dict(), "cache": spec.policy}
     for name in names:
-        spec, fastar = all_modes[name]
-        start = time.perf_counter()
-
-        def show(row, name=name):
-            if progress and sys.stdout.isatty():
-                print(f"\r{name:16s} chunk {row['index']:4d} {row['seconds'] * 1000:8.1f} ms "
-                      f"cache {row['cache_bytes'] / 2**20:8.2f} MiB", end="", flush=True)
-
-        result, rows = _rollout(scenario, spec, fastar, frames, seed, on_chunk=show)
-        if progress:
-            print(f"\r{name:16s} done in {time.perf_counter() - start:7.1f} s" + " " * 30)
-        results[name] = result
-        per_mode[name] = {"chunks": rows, "fastar": fastar.to_dict(), "cache": spec.policy}
+        for i, row in enumerate(per_mode[name]["chunks"]):
+            row["seconds_each_round"] = [round(run[i], 5) for run in times[name]]
+            row["seconds"] = statistics.median(run[i] for run in times[name])
 
     start_frames = scenario.initial_latents.shape[2] if scenario.initial_latents is not None else 0
     reference = results["dense-global"].latent[:, :, start_frames:].float().cpu()
@@ -107,6 +123,7 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
             "latency_growth": _round(latency_growth(seconds), 3),
             "cache_bytes_max": max(r["cache_bytes"] for r in m["chunks"]),
             "cache_bytes_last": m["chunks"][-1]["cache_bytes"],
+            "cache_bytes_allocated": results[name].cache_stats.get("allocated_bytes"),
             "psnr_mean": _round(mean(finite), 3) if scenario.quality else None,
             "ssim_mean": _round(mean(m.get("ssim", [])), 4) if scenario.quality else None,
             "density_mean": _round(mean(r.get("density") for r in m.get("measured_chunks", [])), 4),
@@ -116,11 +133,15 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
             m["summary"]["psnr_mean"] = float("inf")
     report = {
         "benchmark": "rollout", "model": scenario.name, "frames": frames, "seed": seed, "device": str(device),
+        "repeats": repeats,
         "capacity_frames": CAPACITY_FRAMES, "frames_per_block": scenario.frames_per_block,
         "scenario": scenario.notes, "machine": machine(), "modes": per_mode,
         "definitions": {
             "speedup_vs_dense": "total chunk seconds of dense-global / this mode, same run, same seed",
+            "seconds": f"per chunk, median over {repeats} rotating round(s) of every mode",
             "latency_growth": "mean seconds of the last 10 chunks / mean of chunks 5 to 15",
+            "cache_bytes": "live cache entries (TempCache: occupied group slots); cache_bytes_allocated: the "
+                           "buffers, allocated once per rollout",
             "psnr_mean": "mean over generated frames of PSNR against dense-global (data range 2)",
             "density": f"executed query-key pairs / dense pairs, mean over self-attention calls of a chunk, first "
                        f"{MEASURED_FRAMES} frames",

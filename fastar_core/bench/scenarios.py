@@ -81,6 +81,8 @@ def bench_modes(base: FastARConfig | None = None) -> dict:
         "tempcache": (temp, base.with_overrides(annca=False, annsa=False)),
         "tempcache+annsa": (temp, base.with_overrides(annca=False, annsa=True)),
         "all": (temp, base.with_overrides(annca=True, annsa=True)),
+        # AnnCA's per-frame prompt pruning on top (off in the presets): what it saves and what it costs.
+        "all+annca-prune": (temp, base.with_overrides(annca=True, annca_prune=True, annsa=True)),
         # AnnSA on every call whatever the size: what bucketing costs and keeps where the default would skip it.
         "all+forced-annsa": (temp, base.with_overrides(annca=True, annsa=True, annsa_min_keys=0)),
     }
