@@ -59,6 +59,19 @@ def test_matchers_against_exact_top1():
     assert buckets.shape == (1, 2, 200) and buckets.max() < 8 and len(buckets.unique()) > 2
 
 
+def test_exact_top1_skips_invalid_entries_like_a_brute_force_search():
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(2, 3, 40, 16, generator=g), torch.randn(2, 3, 30, 16, generator=g)
+    valid = torch.rand(2, 3, 30, generator=g) > 0.5
+    valid[1, 2] = False  # a head with nothing to match
+    idx, sim = exact_top1(a, b, valid, chunk=9)
+    cos = torch.nn.functional.normalize(a, dim=-1) @ torch.nn.functional.normalize(b, dim=-1).transpose(-1, -2)
+    want_sim, want_idx = cos.masked_fill(~valid[:, :, None], float("-inf")).max(dim=-1)
+    ok = valid.any(-1)[..., None].expand_as(idx)
+    assert torch.equal(idx[ok], want_idx[ok]) and torch.allclose(sim[ok], want_sim[ok], atol=1e-5)
+    assert torch.isinf(sim[1, 2]).all() and (sim[1, 2] < 0).all()
+
+
 def duplicated_keys(seed=0, groups=12, d=32):
     g = torch.Generator().manual_seed(seed)
     reps = torch.randn(1, 2, groups, d, generator=g)

@@ -32,16 +32,20 @@ def exact_top1(a: torch.Tensor, b: torch.Tensor, b_valid: torch.Tensor | None = 
     optionally restricts candidates (bucket collisions). Returns (index [B,H,N] int64, cosine [B,H,N]
     float32; -inf where nothing is allowed).
     """
-    B, H, N, _ = a.shape
-    an, bn = _normalize(a), _normalize(b)
+    B, H, N, D = a.shape
+    M = b.shape[2]
     idx = torch.zeros(B, H, N, dtype=torch.long, device=a.device)
     best = torch.full((B, H, N), float("-inf"), device=a.device)
-    if b.shape[2] == 0:
+    if M == 0:
         return idx, best
+    an = _normalize(a).reshape(B * H, N, D)
+    bn_t = _normalize(b).reshape(B * H, M, D).transpose(1, 2)
+    # Excluded entries as a -inf column bias that the matmul adds in place (no second pass over the scores).
+    col_bias = torch.zeros(B * H, 1, M, device=a.device)
+    if b_valid is not None:
+        col_bias.masked_fill_(~b_valid.reshape(B * H, 1, M), float("-inf"))
     for start in range(0, N, chunk):
-        sim = an[:, :, start:start + chunk] @ bn.transpose(-1, -2)
-        if b_valid is not None:
-            sim = sim.masked_fill(~b_valid[:, :, None, :], float("-inf"))
+        sim = torch.baddbmm(col_bias, an[:, start:start + chunk], bn_t).view(B, H, -1, M)
         if allowed is not None:
             sim = sim.masked_fill(~allowed(slice(start, start + chunk)), float("-inf"))
         val, arg = sim.max(dim=-1)
