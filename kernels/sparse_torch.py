@@ -12,6 +12,7 @@
 import torch
 import torch.nn.functional as F
 
+from .attention_torch import attention_torch
 from .hamming import flip_masks, within_radius
 from .merge import merge_attention_states
 
@@ -35,8 +36,8 @@ def sparse_attention_by_code(q, k, v, layout, bias, scale: float):
     key_bias = layout.sort_key_bias(bias)
     parts_out, parts_lse = [], []
     if nd:
-        mask = None if key_bias is None else key_bias[..., None, :nd].to(q.dtype)
-        o, lse = attention_with_lse(q_sorted, k_sorted[:, :, :nd], v_sorted[:, :, :nd], mask, scale)
+        dense_bias = None if key_bias is None else key_bias[..., :nd]
+        o, lse = attention_torch(q_sorted, k_sorted[:, :, :nd], v_sorted[:, :, :nd], dense_bias, scale, True)
         parts_out.append(o)
         parts_lse.append(lse)
     out = torch.zeros_like(q_sorted)
@@ -57,39 +58,15 @@ def sparse_attention_by_code(q, k, v, layout, bias, scale: float):
                     keys = slice(*runs[0])
                 else:
                     keys = torch.cat([torch.arange(a, z, device=q.device) for a, z in runs])
-                mask = None if key_bias is None else key_bias[b, h, keys].to(q.dtype)[None, None, None]
-                o, lse = attention_with_lse(q_sorted[b, h, q0:q1][None, None], k_sorted[b, h, keys][None, None],
-                                            v_sorted[b, h, keys][None, None], mask, scale)
+                code_bias = None if key_bias is None else key_bias[b, h, keys][None, None]
+                o, lse = attention_torch(q_sorted[b, h, q0:q1][None, None], k_sorted[b, h, keys][None, None],
+                                         v_sorted[b, h, keys][None, None], code_bias, scale, True)
                 out[b, h, q0:q1] = o[0, 0]
                 out_lse[b, h, q0:q1] = lse[0, 0]
     parts_out.append(out)
     parts_lse.append(out_lse)
     merged, _ = merge_attention_states(parts_out, parts_lse)
     return layout.unsort_queries(merged)
-
-
-_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-
-
-def attention_with_lse(q, k, v, mask, scale: float):
-    """SDPA that also returns the natural-log LSE [B, H, N] (fp32); rows that see nothing: out 0, lse -inf.
-
-    On a CPU, ATen's flash kernel returns the LSE it computes anyway; elsewhere it is computed explicitly."""
-    if q.device.type == "cpu" and _FLASH_CPU is not None:
-        try:
-            out, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
-            lse = lse.float()
-            seen = torch.isfinite(lse)
-            return torch.where(seen[..., None], out, torch.zeros((), dtype=out.dtype)), lse
-        except (RuntimeError, TypeError):
-            pass  # an ATen without this op or these arguments: compute explicitly
-    s = (q.float() @ k.float().transpose(-1, -2)) * scale
-    if mask is not None:
-        s = s + mask.float()
-    lse = torch.logsumexp(s, dim=-1)
-    seen = torch.isfinite(lse)
-    p = torch.exp(s - torch.where(seen, lse, torch.zeros_like(lse))[..., None])
-    return (p @ v.float()).to(q.dtype), lse
 
 
 def sparse_attention_by_block(q, k, v, layout, bias, scale: float):

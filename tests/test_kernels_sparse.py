@@ -204,3 +204,16 @@ def test_torch_block_path_for_wide_codes(radius, n_dense):
     out = sparse_attention(q, k, v, layout, bias, backend="torch")
     ref = masked_reference(q, k, v, bias, token_rule(q_codes, k_codes, n_dense, radius))
     assert (out.double() - ref).abs().max().item() < 2e-5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_bucket_of_only_empty_slots_adds_nothing_to_the_dense_keys(backend):
+    # Every key of bucket 5 is an empty slot (-inf bias): its queries must get exactly the dense keys' result,
+    # so the empty part has to carry lse -inf into the merge, not a finite value.
+    q, k, v, bias, q_codes, k_codes = make_case(120, 160, 64, 8, seed=7)
+    bias[k_codes == 5] = -math.inf
+    bias[..., :30] = 0.0  # the dense keys are all live
+    layout = build_sparse_layout(q_codes, k_codes, n_dense=30, radius=0)
+    out = sparse_attention(q, k, v, layout, bias, backend=backend)
+    ref = masked_reference(q, k, v, bias, token_rule(q_codes, k_codes, 30, 0))
+    assert (q_codes == 5).any() and (out.double() - ref).abs().max().item() < 2e-5
