@@ -136,8 +136,7 @@ class DenseKVCache(KVCache):
         self.attend_frames = attend_frames
         tokens = capacity_frames * self.tokens_per_frame
         shape = (batch, num_heads, tokens, head_dim)
-        check_fits(self.device, 2 * num_layers * batch * num_heads * tokens * head_dim * element_size(dtype),
-                   f"the {policy} cache for {capacity_frames} latent frames")
+        check_fits(self.device, self.allocated_bytes(), f"the {policy} cache for {capacity_frames} latent frames")
         self.k = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.positions = torch.zeros(num_layers, tokens, 3, dtype=torch.long, device=self.device)

@@ -117,22 +117,22 @@ class Trainer:
         mine = {k: v for k, v in asdict(self.recipe).items() if k != "steps"}
         if state["seed"] != self.seed or saved != mine:
             raise ValueError("the saved training state is from another seed or recipe; use a fresh out_dir")
+        self._load_weights(state)
+        self.step, self.elapsed, self.losses = state["step"], state["elapsed"], list(state["losses"])
+        self.phases = list(state.get("phases", []))
+
+    def _load_weights(self, state: dict) -> None:
+        """Weights, EMA weights and optimizer moments of a saved state."""
         self.model.load_state_dict(state["model"])
         self.text_encoder.load_state_dict(state["text_encoder"])
         self.ema_model.load_state_dict(state["ema_model"])
         self.ema_text.load_state_dict(state["ema_text"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.step, self.elapsed, self.losses = state["step"], state["elapsed"], list(state["losses"])
-        self.phases = list(state.get("phases", []))
 
     def warm_start(self, state: dict) -> None:
         """Continue from another run's weights, EMA and optimizer moments as a new phase with this recipe
         (its step count and LR schedule start afresh). The earlier phases are kept for the record."""
-        self.model.load_state_dict(state["model"])
-        self.text_encoder.load_state_dict(state["text_encoder"])
-        self.ema_model.load_state_dict(state["ema_model"])
-        self.ema_text.load_state_dict(state["ema_text"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self._load_weights(state)
         earlier = {"seed": state["seed"], "steps": state["step"], "wall_seconds": round(state["elapsed"], 1),
                    "recipe": state["recipe"], "losses": state["losses"]}
         self.phases = [*state.get("phases", []), earlier]

@@ -40,8 +40,7 @@ class TempCache(KVCache):
         # One extra slot at the end is a write-only sink for masked scatters; it is never read.
         C = self.capacity + 1
         B, H, D = batch, num_heads, head_dim
-        check_fits(self.device, num_layers * B * H * C * (2 * D * element_size(dtype) + 48),
-                   f"TempCache with {config.capacity_frames} frames' capacity")
+        check_fits(self.device, self.allocated_bytes(), f"TempCache with {config.capacity_frames} frames' capacity")
         self.k = [torch.zeros(B, H, C, D, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.v = [torch.zeros(B, H, C, D, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.count = [torch.zeros(B, H, C, device=self.device) for _ in range(num_layers)]
@@ -204,8 +203,7 @@ class TempCache(KVCache):
         return float((self.count[layer][:, :, : self.capacity] > 0).float().sum(-1).mean())
 
     def _bytes_per_slot(self) -> int:
-        elem = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.head_dim * elem + 4 + 3 * 8 + 8  # k, v, count, position, last update
+        return 2 * self.head_dim * element_size(self.dtype) + 4 + 3 * 8 + 8  # k, v, count, position, last update
 
     def live_bytes(self) -> int:
         slots = sum(int((c[:, :, : self.capacity] > 0).sum()) for c in self.count)
