@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.bench.cross_attention import cross_attention_rows
-from comfyui_fastar.fastar_core.cli import main
+from comfyui_fastar.tools.bench.cross_attention import cross_attention_rows
+from comfyui_fastar.tools.cli import main
 
 SUMMARY_FIELDS = {"speedup_vs_dense", "latency_growth", "cache_bytes_max", "cache_bytes_allocated", "psnr_mean",
                   "ssim_mean",

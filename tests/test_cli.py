@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
-from comfyui_fastar.fastar_core.cli import main
+from comfyui_fastar.tools.cli import main
 
 from helpers import tiny_model
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.demo.evaluate import Thresholds, colour_masks, evaluate_rollout
-from comfyui_fastar.fastar_core.demo.world import PALETTE, make_scene, palette_tensor
+from comfyui_fastar.tools.demo.evaluate import Thresholds, colour_masks, evaluate_rollout
+from comfyui_fastar.tools.demo.world import PALETTE, make_scene, palette_tensor
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

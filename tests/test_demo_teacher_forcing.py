@@ -4,15 +4,15 @@ import pytest
 import torch
 
 from comfyui_fastar.fastar_core.attention import DenseAttention, PassInfo
-from comfyui_fastar.fastar_core.demo.teacher_forcing import (
-    TeacherForcingForward,
-    split_frames,
-    teacher_forcing_mask,
-)
 from comfyui_fastar.fastar_core.kv_cache import CacheSpec
 from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.wan_config import WanConfig
 from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.tools.demo.teacher_forcing import (
+    TeacherForcingForward,
+    split_frames,
+    teacher_forcing_mask,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

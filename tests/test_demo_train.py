@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.cli import main as fastar_main
-from comfyui_fastar.fastar_core.demo.data import sprite_weights, training_batch
-from comfyui_fastar.fastar_core.demo.model import load_demo_model
-from comfyui_fastar.fastar_core.demo.settings import ROPE_MAX_DISTANCE, TRAIN_CLIP_FRAMES, WEIGHTS_FILE
-from comfyui_fastar.fastar_core.demo.train import TrainRecipe, train_demo
+from comfyui_fastar.tools.cli import main as fastar_main
+from comfyui_fastar.tools.demo.data import sprite_weights, training_batch
+from comfyui_fastar.tools.demo.model import load_demo_model
+from comfyui_fastar.tools.demo.settings import ROPE_MAX_DISTANCE, TRAIN_CLIP_FRAMES, WEIGHTS_FILE
+from comfyui_fastar.tools.demo.train import TrainRecipe, train_demo
 
 
 @pytest.fixture(autouse=True)

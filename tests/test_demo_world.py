@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.demo.world import PALETTE, SHAPES, make_scene, render_clip
+from comfyui_fastar.tools.demo.world import PALETTE, SHAPES, make_scene, render_clip
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

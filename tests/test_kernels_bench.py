@@ -2,7 +2,7 @@
 
 import pytest
 
-from comfyui_fastar.kernels import bench
+from comfyui_fastar.tools.bench import kernels as bench
 
 
 def test_bench_without_cuda_exits_with_a_clear_message(tmp_path, capsys, monkeypatch):

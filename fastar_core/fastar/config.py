@@ -143,34 +143,3 @@ def parse_layers(text: str | None):
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise FastARError(f"layers {text!r} is not 'all', 'auto' or a comma-separated list of indices") from None
-
-
-def add_fastar_arguments(p) -> None:
-    g = p.add_argument_group("FAST-AR")
-    g.add_argument("--fastar", default="off", choices=list(PRESETS), help="FAST-AR preset (off = dense reference)")
-    g.add_argument("--threshold", type=float, help="TempCache merge threshold (cosine, (0, 1])")
-    g.add_argument("--capacity", type=int, help="TempCache capacity in frames (sink included)")
-    g.add_argument("--annca", dest="annca", action="store_true", default=None, help="turn AnnCA on")
-    g.add_argument("--no-annca", dest="annca", action="store_false", help="turn AnnCA off")
-    g.add_argument("--annca-prune", dest="annca_prune", action="store_true", default=None,
-                   help="AnnCA also drops prompt tokens no query of a frame hashes near (implies --annca)")
-    g.add_argument("--annsa", dest="annsa", action="store_true", default=None, help="turn AnnSA on")
-    g.add_argument("--no-annsa", dest="annsa", action="store_false", help="turn AnnSA off")
-    g.add_argument("--bits", type=int, help="LSH bits per table")
-    g.add_argument("--tables", type=int, help="LSH tables")
-    g.add_argument("--warmup", type=float, help="dense share of denoising steps for AnnSA")
-    g.add_argument("--layers", help="AnnSA layers: all, auto, or e.g. 2,3,5")
-    g.add_argument("--calibration", help="calibration JSON for --layers auto")
-    g.add_argument("--annsa-min-keys", type=int, help="AnnSA runs only where a head has this many bucketed keys")
-    g.add_argument("--backend", choices=list(BACKENDS), help="attention backend")
-    g.add_argument("--measure", action="store_true", help="report attention density and recall per chunk")
-
-
-def fastar_from_arguments(args) -> FastARConfig:
-    base = get_preset(args.fastar)
-    return base.with_overrides(
-        threshold=args.threshold, capacity_frames=args.capacity, annsa=args.annsa,
-        annca=True if args.annca_prune else args.annca, annca_prune=args.annca_prune,
-        bits=args.bits, tables=args.tables, dense_warmup=args.warmup, layers=parse_layers(args.layers),
-        calibration=args.calibration, backend=args.backend, annsa_min_keys=args.annsa_min_keys,
-    )

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import load_wan_model
-from .errors import FastARError
-from .kv_cache import CacheSpec
-from .runner import CausalRunner
-from .sampler import RolloutConfig
+from ..fastar_core.checkpoint import load_wan_model
+from ..fastar_core.errors import FastARError
+from ..fastar_core.kv_cache import CacheSpec
+from ..fastar_core.runner import CausalRunner
+from ..fastar_core.sampler import RolloutConfig
 
 
 def load_conditioning(path, text_dim: int) -> torch.Tensor:
@@ -48,8 +48,8 @@ def pick_device(name: str | None) -> torch.device:
 
 
 def run_generate(args) -> int:
-    from .fastar.config import fastar_from_arguments
-    from .fastar.session import build_sampler
+    from ..fastar_core.fastar.session import build_sampler
+    from .args import fastar_from_arguments
 
     device = pick_device(args.device)
     model, ckpt = load_wan_model(args.checkpoint, dtype=args.dtype, device=device, lora=args.lora)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..kv_cache import CacheSpec
-from ..runner import CausalRunner
-from ..sampler import RolloutConfig
-from .config import get_preset
-from .session import build_sampler
+from ..fastar_core.fastar.config import get_preset
+from ..fastar_core.fastar.session import build_sampler
+from ..fastar_core.kv_cache import CacheSpec
+from ..fastar_core.runner import CausalRunner
+from ..fastar_core.sampler import RolloutConfig
 
 
 def calibrate_layers(model, context, latent_hw, channels, frames=24, schedule="self-forcing", initial_latents=None,
@@ -39,14 +39,14 @@ def calibrate_layers(model, context, latent_hw, channels, frames=24, schedule="s
 
 def run_calibrate(args) -> int:
     if args.checkpoint:
-        from ..checkpoint import load_wan_model
-        from ..generate import pick_device, random_conditioning
+        from ..fastar_core.checkpoint import load_wan_model
+        from .generate import pick_device, random_conditioning
 
         model, ckpt = load_wan_model(args.checkpoint, device=pick_device(None))
         result = calibrate_layers(model, random_conditioning(ckpt.config.text_dim, 0), (60, 104), ckpt.config.in_dim,
                                   frames=args.frames, fraction=args.fraction, min_recall=args.min_recall)
     else:
-        from ..bench.scenarios import demo_scenario
+        from .bench.scenarios import demo_scenario
 
         s = demo_scenario()
         result = calibrate_layers(s.model, s.context, s.latent_hw, s.channels, frames=args.frames,

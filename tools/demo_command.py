@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
+from ..fastar_core.fastar.metrics import per_frame_psnr
 from .bench.report import line_plots, mean, write_json
 from .bench.rollout import _rollout
 from .bench.scenarios import bench_modes, demo_scenario
-from .fastar.metrics import per_frame_psnr
 
 DEFAULT_FRAMES = 240
 UPSCALE = 4  # 24x24 demo frames are shown at 96x96

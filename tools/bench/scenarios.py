@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..fastar.config import FastARConfig, get_preset
-from ..kv_cache import CacheSpec
-from ..wan_config import WanConfig
-from ..wan_model import random_wan
+from ...fastar_core.fastar.config import FastARConfig, get_preset
+from ...fastar_core.kv_cache import CacheSpec
+from ...fastar_core.wan_config import WanConfig
+from ...fastar_core.wan_model import random_wan
 
 
 @dataclass

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ..wan_model import WanModel
+from ...fastar_core.wan_model import WanModel
 from .data import corrupt_context, sprite_weights, step_generator, training_batch, training_sigmas
 from .settings import (
     DEMO_SIGMAS,

@@ -8,12 +8,7 @@ Nq keys dense; block-sparse at 20 % against dense flash SDPA (target: >= 3x fast
 Order: small convention checks, then triton and torch at every shape, then the backends that compile on
 first use (flex, flashinfer) at the largest shape only, so a slow compile cannot cost the core numbers.
 `kernels.json` is rewritten after every measurement; what was skipped and why is printed and recorded. Run
-from a checkout (no install needed):
-
-    python -c "import sys; sys.path.insert(0, 'tests'); import conftest; \
-from comfyui_fastar.kernels.bench import main; sys.exit(main(['--out', 'bench_out']))"
-
-or, installed, `python -m comfyui_fastar.kernels.bench --out DIR`.
+it as `fastar bench kernels --out DIR`.
 """
 
 import argparse
@@ -81,7 +76,7 @@ def run_kernel_bench(out_dir, *, time_budget_s: float = 270, device: str = "cuda
 
 def measure_all(out_dir, budget: Budget, device: torch.device) -> dict:
     """The whole bench on any device (tests dry-run it on CPU with tiny shapes)."""
-    from .dispatch import available_backends, backend_problem
+    from ...kernels.dispatch import available_backends, backend_problem
 
     dense_names = available_backends(device, "attention", DTYPE)
     sparse_names = available_backends(device, "sparse_attention", DTYPE)
@@ -144,7 +139,7 @@ class _SparseCase:
     """Random bucket codes for one target density over the largest dense case, with the masked reference."""
 
     def __init__(self, device, dense: _DenseCase, density):
-        from . import build_sparse_layout
+        from ...kernels import build_sparse_layout
 
         self.dense, self.target = dense, density
         self.n_dense, self.buckets = _bucket_plan(density, N_QUERIES, dense.n_keys)
@@ -159,7 +154,7 @@ class _SparseCase:
 
 def _check_conventions(report, budget, device, names):
     """Small shapes with ragged tails and a head whose keys are all -inf: error vs fp32, and zeros there."""
-    from . import attention, build_sparse_layout, sparse_attention
+    from ...kernels import attention, build_sparse_layout, sparse_attention
 
     q, k, v = (torch.randn(1, 2, n, HEAD_DIM, device=device, dtype=DTYPE) for n in (100, 150, 150))
     bias = torch.log(torch.randint(1, 6, (1, 2, 150), device=device).float())
@@ -187,7 +182,7 @@ def _check_conventions(report, budget, device, names):
 
 
 def _measure_dense(report, budget, case: _DenseCase, name):
-    from . import attention
+    from ...kernels import attention
 
     if budget.left() < STEP_COST_S[name]:
         report.skip(f"dense {name} at {case.n_keys} keys", "time budget exhausted")
@@ -208,7 +203,7 @@ def _measure_dense(report, budget, case: _DenseCase, name):
 
 
 def _measure_sparse(report, budget, case: _SparseCase, name):
-    from . import sparse_attention
+    from ...kernels import sparse_attention
 
     if case is None:
         return
@@ -233,7 +228,7 @@ def _measure_sparse(report, budget, case: _SparseCase, name):
 
 def _measure_lsh(report, budget, device):
     """Triton vs torch sign-LSH: codes differ only where a projection is within rounding of 0."""
-    from . import lsh_codes
+    from ...kernels import lsh_codes
 
     if budget.left() < STEP_COST_S["triton"] or "triton" not in report["backends"]["attention"]:
         report.skip("lsh", "time budget exhausted or triton unavailable")

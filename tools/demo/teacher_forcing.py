@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..attention import PassInfo
-from ..rope import apply_rope, grid_positions, rope_cos_sin
-from ..runner import CausalRunner, TextState
+from ...fastar_core.attention import PassInfo
+from ...fastar_core.rope import apply_rope, grid_positions, rope_cos_sin
+from ...fastar_core.runner import CausalRunner, TextState
 
 # The engine's forward and text projection, without the ``torch.no_grad`` they carry for inference.
 _forward_with_grad = CausalRunner.forward.__wrapped__

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from ..errors import FastARError
-from ..fastar.metrics import per_frame_psnr, per_frame_ssim
-from ..fastar.session import build_sampler
-from ..runner import CausalRunner
-from ..sampler import RolloutConfig
+from ...fastar_core.errors import FastARError
+from ...fastar_core.fastar.metrics import per_frame_psnr, per_frame_ssim
+from ...fastar_core.fastar.session import build_sampler
+from ...fastar_core.runner import CausalRunner
+from ...fastar_core.sampler import RolloutConfig
 from .report import latency_growth, line_plots, machine, mean, resident_bytes, write_json
 from .scenarios import CAPACITY_FRAMES, Scenario, bench_modes, demo_scenario, wan_shapes_scenario
 

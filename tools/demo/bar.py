@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kv_cache import CacheSpec
+from ...fastar_core.kv_cache import CacheSpec
 from .evaluate import Thresholds, evaluate_rollout
 from .model import DemoModel, latents_to_frames
 

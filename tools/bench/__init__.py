@@ -27,7 +27,7 @@ def run_bench(args) -> int:
 
         run_attention_bench(out, seed=args.seed)
     elif args.what == "kernels":
-        from ...kernels.bench import run_kernel_bench
+        from .kernels import run_kernel_bench
 
         run_kernel_bench(out, time_budget_s=args.budget or 270)
     elif args.what == "gpu-rollout":

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
+from ...fastar_core.fastar.ann import LSHMatcher
+from ...fastar_core.fastar.metrics import attention_recall, dense_probabilities, relative_error, sample_queries
 from ...kernels import attention, build_sparse_layout, sparse_attention
-from ..fastar.ann import LSHMatcher
-from ..fastar.metrics import attention_recall, dense_probabilities, relative_error, sample_queries
 from .cross_attention import cross_attention_rows
 from .report import line_plots, machine, write_json
 

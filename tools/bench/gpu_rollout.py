@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from ..errors import GenerationCancelled
-from ..fastar.session import build_sampler
-from ..runner import CausalRunner
-from ..sampler import RolloutConfig
+from ...fastar_core.errors import GenerationCancelled
+from ...fastar_core.fastar.session import build_sampler
+from ...fastar_core.runner import CausalRunner
+from ...fastar_core.sampler import RolloutConfig
 from .report import line_plots, machine, write_json
 from .scenarios import bench_modes, wan_shapes_scenario
 

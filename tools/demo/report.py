@@ -150,11 +150,11 @@ def write_model_card(out_dir: Path, meta: dict, cases, losses: list, notes: str 
     card = f"""# FAST-AR demo model
 
 A small Wan2.1-architecture autoregressive video model trained from scratch by `fastar train-demo`
-(`fastar_core/demo/train.py`) on the pack's procedural sprite world. It exists so that the engine, the dense
+(`tools/demo/train.py`) on the pack's procedural sprite world. It exists so that the engine, the dense
 caches and FAST-AR can be exercised and compared on a model with real temporal structure, on a CPU.
 
 ## Data
-`fastar_core/demo/world.py`: 1-3 flat sprites (circle, square, triangle, diamond; 7 saturated colours) moving at
+`tools/demo/world.py`: 1-3 flat sprites (circle, square, triangle, diamond; 7 saturated colours) moving at
 constant speed and bouncing off the edges of a static, smooth, low-contrast textured background; 24x24 RGB
 frames in [-1, 1]; a fresh random scene for every training clip. Prompts describe the sprites and their motion
 ("a small red circle slowly moves left , a big blue square quickly bounces"); half of them are padded with filler
@@ -197,7 +197,7 @@ On 2 CPU cores shared with other jobs ({platform.machine()}, torch {torch.__vers
 ![loss](loss.png)
 
 ## Evaluation: {BAR_FRAMES}-frame image-to-video rollouts
-`fastar_core/demo/bar.py`: the engine's `ARSampler` continues a rendered 3-frame start for {BAR_FRAMES} latent frames
+`tools/demo/bar.py`: the engine's `ARSampler` continues a rendered 3-frame start for {BAR_FRAMES} latent frames
 with the dense `global` cache (every frame) and the dense `window` cache (3 sink + 12 recent frames); each rollout
 is judged by `evaluate_rollout` against the scene's clean background and true sprite areas. Pass means all of:
 background PSNR over non-sprite pixels (the worst 1.5x sprite area + 16 pixels dropped per frame) at its 5% quantile

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..wan_config import WanConfig
+from ...fastar_core.wan_config import WanConfig
 from .text import TEXT_DIM, TEXT_LEN
 from .world import CHANNELS, FRAME_SIZE
 

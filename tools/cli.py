@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import FastARError
+from ..fastar_core.errors import FastARError
 
 
 def _add_generate(sub):
@@ -35,7 +35,7 @@ def _add_generate(sub):
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--lora", help="LongLive-style PEFT LoRA file merged into the weights")
-    from .fastar.config import add_fastar_arguments
+    from .args import add_fastar_arguments
 
     add_fastar_arguments(p)
 
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_info(args) -> int:
-    from .checkpoint import load_checkpoint
+    from ..fastar_core.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(args.checkpoint)
     summary = ckpt.summary()
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
 
             return run_generate(args)
         if args.command == "demo":
-            from .main_job import run_demo
+            from .demo_command import run_demo
 
             return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
         if args.command == "bench":
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
 
             return run_bench(args)
         if args.command == "calibrate":
-            from .fastar.calibrate import run_calibrate
+            from .calibrate import run_calibrate
 
             return run_calibrate(args)
     except FastARError as e:
