@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels import attention as kernel_attention
-from .kv_cache import CacheView
+from .caches.base import CacheView
 from .rope import apply_rope, rope_cos_sin, rotate
 
 
@@ -63,13 +63,17 @@ class DenseAttention:
     def __init__(self, backend: str = "auto", rope_max_distance: int | None = None):
         self.backend = backend
         self.rope_max_distance = rope_max_distance
-        self._current_tables = (None, None)  # (positions tensor, cos/sin) of the pass being run
+        self._current_tables: tuple = (None, None)  # (positions tensor, cos/sin) of the pass being run
         self._rotated_cache: dict = {}  # layer -> (key, rotated cache keys), CPU only
 
     def begin_rollout(self, num_layers: int) -> None:
         """Called once before a rollout; stateful variants reset here."""
         self._current_tables = (None, None)
         self._rotated_cache = {}
+
+    def chunk_stats(self) -> dict:
+        """Figures reported with every finished chunk (FAST-AR: density, recall, prompt tokens kept)."""
+        return {}
 
     def _min_t(self, info: PassInfo) -> int | None:
         if self.rope_max_distance is None:
@@ -101,7 +105,9 @@ class DenseAttention:
             self._rotated_cache[layer] = (key, cache_k)
         return q_rot, k_rot, cache_k
 
-    def self_attention(self, layer: int, q, k, v, positions, view: CacheView | None, info: PassInfo):
+    def self_attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+                       view: CacheView | None, info: PassInfo) -> torch.Tensor:
+        """Queries ``q [B, H, N, D]`` over the cache view plus the chunk's own keys ``k`` (both before RoPE)."""
         q_rot, k_rot, cache_k = self.rotate_inputs(layer, q, k, positions, view, info)
         if view is None:
             return kernel_attention(q_rot, k_rot, v, backend=self.backend)
@@ -109,5 +115,6 @@ class DenseAttention:
         values = torch.cat([view.v.to(v.dtype), v], dim=2)
         return kernel_attention(q_rot, keys, values, join_bias(view, k.shape[2]), backend=self.backend)
 
-    def cross_attention(self, layer: int, q, text_k, text_v, info: PassInfo):
+    def cross_attention(self, layer: int, q: torch.Tensor, text_k: torch.Tensor, text_v: torch.Tensor,
+                        info: PassInfo) -> torch.Tensor:
         return kernel_attention(q, text_k, text_v, backend=self.backend)

@@ -211,7 +211,7 @@ def load_checkpoint(
         )
 
     file_dtype = sd["blocks.0.self_attn.q.weight"].dtype
-    target = DTYPES.get(dtype, dtype) if dtype is not None else file_dtype
+    target = DTYPES.get(str(dtype), dtype) if dtype is not None else file_dtype
     if target not in (torch.float32, torch.float16, torch.bfloat16):
         raise CheckpointError(path, f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if lora:

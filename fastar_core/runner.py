@@ -8,14 +8,13 @@ per-frame modulation. Attention goes through the seam in ``attention.py``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from .attention import DenseAttention, PassInfo
+from .caches.base import KVCache
 from .errors import FastARError
-from .kv_cache import KVCache
 from .rope import grid_positions
 
 
@@ -140,12 +139,13 @@ class CausalRunner:
         positions = grid_positions(info.frame_start, F, gh, gw, device=self.device)
 
         if commit:
+            assert cache is not None, "a clean pass needs a cache to write"
             cache.prepare_commit(info.frame_start, F)
         last = len(self.model.blocks) - 1
         for i, blk in enumerate(self.model.blocks):
             tokens = self._block(i, blk, tokens, e0, positions, text, cache, info, commit,
                                  skip_tail=(i == last and not need_output))
-        if commit:
+        if commit and cache is not None:
             cache.finish_commit()
         if not need_output:
             return None
@@ -206,13 +206,3 @@ def add_noise(x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> tor
     """x_sigma = (1 - sigma) x0 + sigma noise, sigma per frame ``[B, F]``."""
     s = sigma[:, None, :, None, None]
     return (1 - s) * x0 + s * noise
-
-
-def latent_frames(pixel_frames: int) -> int:
-    """Wan's 4x temporal VAE: 4k+1 pixel frames give k+1 latent frames."""
-    return (pixel_frames - 1) // 4 + 1
-
-
-def nearest_valid_pixel_frames(n: int) -> tuple[int, int]:
-    lo = max(1, 4 * math.floor((n - 1) / 4) + 1)
-    return lo, lo + 4

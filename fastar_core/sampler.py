@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 import torch
 
 from .attention import PassInfo
+from .caches.base import CacheShape, KVCache
+from .caches.spec import CacheSpec
 from .errors import FastARError, GenerationCancelled
-from .kv_cache import CacheSpec, KVCache
 from .prompts import PromptSchedule
-from .runner import CausalRunner, add_noise, flow_to_x0
+from .runner import CausalRunner, TextState, add_noise, flow_to_x0
 from .schedule import DenoisingSchedule, get_schedule
 
 SAMPLER_MODES = ("chunk", "rolling")
@@ -64,6 +65,43 @@ def noise_seed(seed: int, chunk: int, step: int) -> int:
     return x & (2**63 - 1)
 
 
+@dataclass(frozen=True)
+class NoiseSource:
+    """Gaussian noise for (chunk, step) of one rollout, from its own generator: never the global RNG."""
+
+    seed: int
+    batch: int
+    channels: int
+    latent_height: int
+    latent_width: int
+    device: torch.device
+
+    def __call__(self, chunk: int, step: int, frames: int) -> torch.Tensor:
+        shape = (self.batch, self.channels, frames, self.latent_height, self.latent_width)
+        g = torch.Generator().manual_seed(noise_seed(self.seed, chunk, step))
+        return torch.randn(shape, generator=g).to(self.device)
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """The chunks a rollout generates and how many forwards it takes (what a progress bar counts)."""
+
+    chunks: list  # (frame_start, frames) per generated chunk
+    mode: str
+    num_steps: int
+
+    @property
+    def total_forwards(self) -> int:
+        if self.mode == "chunk":
+            return len(self.chunks) * (self.num_steps + 1)  # the steps, then the clean pass
+        return len(self.chunks) + self.num_steps - 1  # one forward per window position
+
+
+def plan_rollout(cfg: RolloutConfig, schedule: DenoisingSchedule, initial_frames: int) -> RolloutPlan:
+    return RolloutPlan(chunk_plan(initial_frames, cfg.num_frames, cfg.frames_per_block), cfg.mode,
+                       schedule.num_steps)
+
+
 @dataclass
 class ChunkReport:
     index: int
@@ -88,26 +126,20 @@ class RolloutResult:
     seconds: float
 
 
-CacheFactory = Callable[[int, tuple, int], KVCache]  # (total_frames, grid_hw, batch) -> cache
-
-
 class ARSampler:
-    def __init__(self, runner: CausalRunner, cache_factory: CacheFactory | None = None):
+    """Runs rollouts on one runner; each rollout builds its cache from its ``RolloutConfig.cache``."""
+
+    def __init__(self, runner: CausalRunner):
         self.runner = runner
-        self.cache_factory = cache_factory
 
-    def _build_cache(self, cfg: RolloutConfig, total_frames: int, grid_hw) -> KVCache:
-        if self.cache_factory is not None:
-            return self.cache_factory(total_frames, grid_hw, cfg.batch)
+    def build_cache(self, cfg: RolloutConfig, total_frames: int, grid_hw) -> KVCache:
         g = self.runner.geometry
-        return cfg.cache.build(num_layers=g.num_layers, batch=cfg.batch, num_heads=g.num_heads, head_dim=g.head_dim,
-                               grid_hw=grid_hw, total_frames=total_frames, dtype=self.runner.dtype,
-                               device=self.runner.device)
+        shape = CacheShape(num_layers=g.num_layers, batch=cfg.batch, num_heads=g.num_heads, head_dim=g.head_dim,
+                           grid_hw=grid_hw, dtype=self.runner.dtype, device=self.runner.device)
+        return cfg.cache.build(shape, total_frames)
 
-    def _noise(self, cfg, chunk, step, frames):
-        shape = (cfg.batch, cfg.channels, frames, cfg.latent_height, cfg.latent_width)
-        g = torch.Generator().manual_seed(noise_seed(cfg.seed, chunk, step))
-        return torch.randn(shape, generator=g).to(self.runner.device)
+    def noise_source(self, cfg: RolloutConfig) -> NoiseSource:
+        return NoiseSource(cfg.seed, cfg.batch, cfg.channels, cfg.latent_height, cfg.latent_width, self.runner.device)
 
     def generate(
         self,
@@ -139,18 +171,18 @@ class ARSampler:
         total = n_init + cfg.num_frames
         out_device = torch.device(output_device) if output_device is not None else self.runner.device
         latent = torch.zeros(cfg.batch, cfg.channels, total, cfg.latent_height, cfg.latent_width, device=out_device)
-        plan = chunk_plan(n_init, cfg.num_frames, cfg.frames_per_block)
+        plan = plan_rollout(cfg, schedule, n_init)
         if initial_noise is not None and tuple(initial_noise.shape) != tuple(latent.shape):
             raise FastARError(f"initial noise has shape {list(initial_noise.shape)}; expected {list(latent.shape)} "
                               "(the output latent, initial frames included)")
-        loop = _Rollout(self, cfg, schedule, schedule_prompts, latent, plan, callback, cancel, step_callback)
-        loop.initial_noise = initial_noise
-        cache = self._build_cache(cfg, total, grid_hw)
+        cache = self.build_cache(cfg, total, grid_hw)
+        loop = RolloutLoop(runner=self.runner, cfg=cfg, schedule=schedule, prompts=schedule_prompts, latent=latent,
+                           plan=plan, cache=cache, noise=self.noise_source(cfg), initial_noise=initial_noise,
+                           callback=callback, cancel=cancel, step_callback=step_callback)
         self.runner.attention.begin_rollout(self.runner.num_layers)
         start = time.perf_counter()
         try:
-            loop.cache = cache
-            if n_init:
+            if initial_latents is not None:
                 loop.commit_initial(initial_latents.to(self.runner.device, torch.float32))
             if cfg.mode == "chunk":
                 loop.run_chunks()
@@ -159,7 +191,6 @@ class ARSampler:
             stats = cache.stats()
         finally:
             cache.free()
-            loop.cache = None
         return RolloutResult(latent, loop.reports, stats, schedule, time.perf_counter() - start)
 
 
@@ -173,30 +204,29 @@ def chunk_plan(first_frame: int, num_frames: int, frames_per_block: int) -> list
     return plan
 
 
-class _Rollout:
+class RolloutLoop:
     """State of one rollout: the cache, the active prompt, the output latent, the reports."""
 
-    def __init__(self, sampler, cfg, schedule, prompts, latent, plan, callback, cancel, step_callback):
-        self.runner = sampler.runner
-        self.sampler = sampler
+    def __init__(self, *, runner: CausalRunner, cfg: RolloutConfig, schedule: DenoisingSchedule,
+                 prompts: PromptSchedule, latent: torch.Tensor, plan: RolloutPlan, cache: KVCache, noise: NoiseSource,
+                 initial_noise: torch.Tensor | None = None, callback=None, cancel=None, step_callback=None):
+        self.runner = runner
         self.cfg = cfg
         self.schedule = schedule
         self.prompts = prompts
         self.latent = latent
-        self.plan = plan
+        self.plan = plan.chunks
+        self.cache = cache
+        self.noise = noise
+        self.initial_noise = initial_noise
         self.callback = callback
         self.cancel = cancel
         self.step_callback = step_callback
-        self.cache: KVCache | None = None
-        self.initial_noise: torch.Tensor | None = None
         self.reports: list[ChunkReport] = []
         self.prompt_index = -1
-        self.text = None
+        self.text: TextState | None = None
         self.steps_done = 0
-        if cfg.mode == "chunk":
-            self.steps_total = len(plan) * (schedule.num_steps + 1)
-        else:
-            self.steps_total = len(plan) + schedule.num_steps - 1
+        self.steps_total = plan.total_forwards
         self.last_report = time.perf_counter()
 
     # -- helpers ----------------------------------------------------------------------------------------------
@@ -204,7 +234,7 @@ class _Rollout:
         f0, frames = self.plan[chunk]
         if self.initial_noise is not None:
             return self.initial_noise[:, :, f0:f0 + frames].to(self.runner.device, torch.float32)
-        return self.sampler._noise(self.cfg, chunk, 0, frames)
+        return self.noise(chunk, 0, frames)
 
     def _times(self, sigmas_per_frame: torch.Tensor) -> torch.Tensor:
         return (1000.0 * sigmas_per_frame).to(self.runner.device)
@@ -233,7 +263,7 @@ class _Rollout:
         sigma = torch.full((cfg.batch, frames), cfg.context_noise)
         clean = x0
         if cfg.context_noise > 0:
-            noise = self.sampler._noise(cfg, chunk, self.schedule.num_steps, frames)
+            noise = self.noise(chunk, self.schedule.num_steps, frames)
             clean = add_noise(x0, noise, sigma.to(x0.device))
         self.runner.forward(clean, self._times(sigma), self.text, self.cache,
                             self._info(chunk, -1, frame_start, frames), commit=True, need_output=False)
@@ -262,13 +292,7 @@ class _Rollout:
     def _report(self, chunk, frame_start, x0, seconds):
         self.latent[:, :, frame_start:frame_start + x0.shape[2]] = x0.to(self.latent.device)
         x0 = self.latent[:, :, frame_start:frame_start + x0.shape[2]]  # a view: no second copy per chunk
-        extra = {}
-        stats_fn = getattr(self.cache, "chunk_stats", None)
-        if stats_fn is not None:
-            extra.update(stats_fn())
-        attn_stats = getattr(self.runner.attention, "chunk_stats", None)
-        if attn_stats is not None:
-            extra.update(attn_stats())
+        extra = {**self.cache.chunk_stats(), **self.runner.attention.chunk_stats()}
         report = ChunkReport(chunk, frame_start, x0.shape[2], seconds, self.cache.live_bytes(), x0, extra)
         self.reports.append(report)
         if self.callback is not None:
@@ -290,7 +314,7 @@ class _Rollout:
             self.latent[:, :, f:f + x0.shape[2]] = x0.to(self.latent.device)
 
     # -- chunk mode ---------------------------------------------------------------------------------------------
-    def run_chunks(self):
+    def run_chunks(self) -> None:
         cfg, sigmas = self.cfg, self.schedule.sigmas
         last = len(self.plan) - 1
         for c, (f0, frames) in enumerate(self.plan):
@@ -307,7 +331,7 @@ class _Rollout:
                 x0 = flow_to_x0(x, flow, sig)
                 if s + 1 < len(sigmas):
                     nxt = torch.full((cfg.batch, frames), sigmas[s + 1], device=self.runner.device)
-                    x = add_noise(x0, self.sampler._noise(cfg, c, s + 1, frames), nxt)
+                    x = add_noise(x0, self.noise(c, s + 1, frames), nxt)
                 self._tick()
             self._check_finite(x0, c)
             if c < last:  # the final chunk's keys would never be read
@@ -317,7 +341,7 @@ class _Rollout:
             self._report(c, f0, x0, time.perf_counter() - t_start)
 
     # -- rolling mode (Rolling Forcing) ------------------------------------------------------------------------
-    def run_rolling(self):
+    def run_rolling(self) -> None:
         cfg, sigmas = self.cfg, self.schedule.sigmas
         n_steps = len(sigmas)
         n_chunks = len(self.plan)
@@ -345,7 +369,7 @@ class _Rollout:
                 s = w - b
                 if s + 1 < n_steps:
                     nxt = torch.full((cfg.batch, frames), sigmas[s + 1], device=self.runner.device)
-                    noisy[b] = add_noise(x0, self.sampler._noise(cfg, b, s + 1, frames), nxt)
+                    noisy[b] = add_noise(x0, self.noise(b, s + 1, frames), nxt)
                     continue
                 self._check_finite(x0, b)
                 del noisy[b]

@@ -42,10 +42,6 @@ class DenoisingSchedule:
     def num_steps(self) -> int:
         return len(self.sigmas)
 
-    @property
-    def timesteps(self) -> list[float]:
-        return [1000.0 * s for s in self.sigmas]
-
     def to_dict(self) -> dict:
         return {"name": self.name, "sigmas": [round(s, 6) for s in self.sigmas], "shift": self.shift}
 

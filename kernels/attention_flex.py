@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-_compiled = {}
+_compiled: dict = {}
 
 
 def flex_attention_call(q, k, v, *, score_mod=None, block_mask=None, scale: float, kernel_options=None):

@@ -54,6 +54,7 @@ def sparse_attention_by_code(q, k, v, layout, bias, scale: float):
                 runs = [(kr[p], kr[p + 1]) for p in (code ^ m for m in probes) if kr[p] < kr[p + 1]]
                 if q0 == q1 or not runs:
                     continue
+                keys: slice | torch.Tensor
                 if len(runs) == 1:  # one bucket: a slice, no copy
                     keys = slice(*runs[0])
                 else:

@@ -1,7 +1,7 @@
 """ComfyUI node classes (V1 API). Importing this package never imports ComfyUI: the nodes reach it at run time
 through ``host.py``, which falls back to plain Python when ComfyUI is not loaded."""
 
-from .node_attention import FastARAttention
+from .node_attention import FastARAttentionPatch
 from .node_image_to_video import ARImageToVideo
 from .node_loader import LoadARVideoModel
 from .node_long_sampler import LongVideoSampler
@@ -12,7 +12,7 @@ from .node_streaming_save import SaveLongVideoStreaming
 # Stable ids: saved workflows refer to them. Prefixed so they never collide with core nodes.
 NODE_CLASS_MAPPINGS = {
     "FastAR_LoadARVideoModel": LoadARVideoModel,
-    "FastAR_Attention": FastARAttention,
+    "FastAR_Attention": FastARAttentionPatch,
     "FastAR_PromptSchedule": ARPromptScheduleNode,
     "FastAR_LongVideoSampler": LongVideoSampler,
     "FastAR_SamplerARVideo": SamplerARVideoFastAR,

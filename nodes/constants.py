@@ -1,5 +1,10 @@
 """Names shared by the nodes, the workflows and the tests (changing one breaks saved workflows)."""
 
+from ..fastar_core import video_geometry
+from ..fastar_core.engine import CACHE_CHOICES
+from ..fastar_core.fastar.config import BACKENDS, PRESET_NAMES
+from ..fastar_core.sampler import SAMPLER_MODES as ENGINE_SAMPLER_MODES
+
 CATEGORY = "FAST-AR"
 
 # Custom socket type carrying an ``ARPromptSchedule`` between our nodes.
@@ -18,18 +23,17 @@ SCHEDULE_PRESETS = {
     "Rolling Forcing 5-step": "rolling-forcing",
     "CausVid 3-step": "causvid",
 }
-CACHE_POLICIES = ("auto", "global", "window", "rolling", "tempcache")
-SAMPLER_MODES = ("auto", "chunk", "rolling")
-FASTAR_PRESETS = ("off", "quality", "balanced", "fast")
-FASTAR_BACKENDS = ("auto", "triton", "flashinfer", "flex", "torch")
+# The engine's own names, so a node can never offer a choice the engine refuses.
+CACHE_POLICIES = CACHE_CHOICES
+SAMPLER_MODES = ("auto", *ENGINE_SAMPLER_MODES)
+FASTAR_PRESETS = PRESET_NAMES
+FASTAR_BACKENDS = BACKENDS
 SWITCH = ("preset", "on", "off")  # a FAST-AR component: as the preset says, or forced
 # AnnCA: the exact pad merge (what the presets use), the merge plus per-frame prompt pruning, or nothing.
 ANNCA_CHOICES = ("preset", "pad merge", "pad merge + prune", "off")
 
-# Wan2.1: 8x spatial VAE and a 2x2 patch, so pixel sizes step by 16; 4x temporal VAE, so lengths are 4k+1.
-PIXEL_STEP = 16
-VAE_SPATIAL = 8
-VAE_TEMPORAL = 4
-LATENT_CHANNELS = 16
+# Wan2.1's VAE arithmetic lives in the engine (fastar_core.video_geometry); the widgets use its steps.
+PIXEL_STEP = video_geometry.PIXEL_STEP
+LATENT_CHANNELS = video_geometry.LATENT_CHANNELS
 MAX_RESOLUTION = 8192
 MAX_LENGTH = 4 * 4096 + 1  # no RoPE limit in the engine; this only keeps the widget sane

@@ -39,14 +39,6 @@ def get_host():
     return _standalone
 
 
-def standalone_host() -> StandaloneHost:
-    """The fallback host (tests register folders and request interrupts through it)."""
-    global _standalone
-    if _standalone is None:
-        _standalone = StandaloneHost()
-    return _standalone
-
-
 WEIGHT_DTYPES = ("default", "bf16", "fp16", "fp32", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2")
 
 

@@ -8,14 +8,47 @@ other packs) do not apply to our forward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from ..fastar_core.engine import EngineSettings, resolve_settings
 from ..fastar_core.errors import FastARError
-from ..fastar_core.fastar.config import FastARConfig, get_preset
 from ..fastar_core.runner import CausalRunner
 from .constants import FASTAR_OPTIONS_KEY
+
+
+@dataclass(frozen=True)
+class FastARChoice:
+    """The FAST-AR Attention node's inputs as it received them (``None`` = the preset's value). They travel on
+    the MODEL as a plain dict and are resolved, together with the sampler's cache inputs, by the engine's
+    ``resolve_settings``: the same function the command line and the benches call."""
+
+    preset: str = "off"
+    tempcache: bool | None = None
+    tempcache_overrides: dict = field(default_factory=dict)
+    attention_overrides: dict = field(default_factory=dict)
+
+    def resolve(self, cache_policy: str = "auto", num_layers: int | None = None, **cache_sizes) -> EngineSettings:
+        return resolve_settings(preset=self.preset, cache_policy=cache_policy, tempcache=self.tempcache,
+                                tempcache_overrides=self.tempcache_overrides,
+                                attention_overrides=self.attention_overrides, num_layers=num_layers, **cache_sizes)
+
+    def to_dict(self) -> dict:
+        layers = self.attention_overrides.get("layers")
+        attention = dict(self.attention_overrides)
+        if isinstance(layers, tuple):
+            attention["layers"] = list(layers)
+        return {"preset": self.preset, "tempcache": self.tempcache,
+                "tempcache_overrides": dict(self.tempcache_overrides), "attention_overrides": attention}
+
+    @classmethod
+    def from_dict(cls, stored: dict) -> FastARChoice:
+        attention = dict(stored.get("attention_overrides") or {})
+        if isinstance(attention.get("layers"), list):
+            attention["layers"] = tuple(attention["layers"])
+        return cls(preset=stored.get("preset", "off"), tempcache=stored.get("tempcache"),
+                   tempcache_overrides=dict(stored.get("tempcache_overrides") or {}), attention_overrides=attention)
 
 
 @dataclass
@@ -25,7 +58,7 @@ class ARModel:
     latent_format: object
     dtype: torch.dtype  # the dtype activations run in
     device: torch.device
-    fastar: FastARConfig
+    fastar: FastARChoice
 
     @property
     def num_layers(self) -> int:
@@ -69,17 +102,13 @@ def compute_dtype(patcher) -> torch.dtype:
     return torch.bfloat16 if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else dtype
 
 
-def fastar_config_of(patcher) -> FastARConfig:
-    """The FAST-AR config the patcher node stored (a plain dict), or 'off' when the model was not patched."""
+def fastar_choice_of(patcher) -> FastARChoice:
+    """What the FAST-AR Attention node stored (a plain dict), or 'off' when the model was not patched."""
     options = getattr(patcher, "model_options", {}) or {}
     stored = options.get("transformer_options", {}).get(FASTAR_OPTIONS_KEY)
     if not stored:
-        return get_preset("off")
-    fields = dict(stored)
-    if isinstance(fields.get("layers"), list):
-        fields["layers"] = tuple(fields["layers"])
-    known = FastARConfig.__dataclass_fields__
-    return FastARConfig(**{k: v for k, v in fields.items() if k in known}).validate()
+        return FastARChoice()
+    return FastARChoice.from_dict(stored)
 
 
 def resolve_model(patcher, device=None) -> ARModel:
@@ -94,5 +123,5 @@ def resolve_model(patcher, device=None) -> ARModel:
         latent_format=patcher.model.latent_format,
         dtype=compute_dtype(patcher),
         device=torch.device(device or load_device or dm.patch_embedding.weight.device),
-        fastar=fastar_config_of(patcher),
+        fastar=fastar_choice_of(patcher),
     )

@@ -7,10 +7,10 @@ model_options on every clone, so nothing large (and no tensor) may live there. S
 from __future__ import annotations
 
 from ..fastar_core.errors import FastARError
-from ..fastar_core.fastar.config import get_preset, parse_layers
+from ..fastar_core.fastar.config import parse_layers
 from .constants import ANNCA_CHOICES, CATEGORY, FASTAR_BACKENDS, FASTAR_OPTIONS_KEY, FASTAR_PRESETS, SWITCH
 from .inputs import combo, float_input, int_input, link, string_input
-from .model_access import check_wan_t2v, diffusion_model_of
+from .model_access import FastARChoice, check_wan_t2v, diffusion_model_of
 
 
 def _switch(value: str):
@@ -26,7 +26,7 @@ def _annca(value: str) -> dict:
     return {"annca": True, "annca_prune": value == "pad merge + prune"}
 
 
-class FastARAttention:
+class FastARAttentionPatch:
     DESCRIPTION = ("Turns on FAST-AR for the AR samplers of this pack: TempCache (a bounded KV cache that merges "
                    "temporally matching keys), AnnCA (merged, optionally pruned prompt tokens in cross-attention) "
                    "and AnnSA (bucketed sparse self-attention). Pick a preset, then override single knobs; "
@@ -75,12 +75,14 @@ class FastARAttention:
         if layers == "auto":
             raise FastARError("layers 'auto' needs a calibration file, which this node does not take; use 'all' or "
                               "the list that `fastar calibrate` printed")
-        config = get_preset(preset).with_overrides(
-            tempcache=_switch(tempcache), threshold=threshold or None, capacity_frames=capacity_frames or None,
-            **_annca(annca), annsa=_switch(annsa), bits=bits or None, tables=tables or None,
-            dense_warmup=None if dense_warmup < 0 else dense_warmup, layers=parse_layers(layers), backend=backend,
+        choice = FastARChoice(
+            preset=preset, tempcache=_switch(tempcache),
+            tempcache_overrides={"threshold": threshold or None, "capacity_frames": capacity_frames or None},
+            attention_overrides={**_annca(annca), "annsa": _switch(annsa), "bits": bits or None,
+                                 "tables": tables or None, "dense_warmup": None if dense_warmup < 0 else dense_warmup,
+                                 "layers": parse_layers(layers), "backend": backend},
         )
-        config.validate(num_layers=len(dm.blocks))
+        choice.resolve(cache_policy="auto", num_layers=len(dm.blocks))  # refuse bad settings here, not at sampling
         patched = model.clone()
-        patched.model_options.setdefault("transformer_options", {})[FASTAR_OPTIONS_KEY] = config.to_dict()
+        patched.model_options.setdefault("transformer_options", {})[FASTAR_OPTIONS_KEY] = choice.to_dict()
         return (patched,)

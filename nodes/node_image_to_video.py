@@ -9,10 +9,11 @@ from __future__ import annotations
 import torch
 
 from ..fastar_core.errors import FastARError
+from ..fastar_core.video_geometry import check_pixel_size, check_video_frames
 from .constants import CATEGORY, LATENT_CHANNELS, MAX_LENGTH, MAX_RESOLUTION, PIXEL_STEP
 from .host import get_host
 from .inputs import int_input, link
-from .node_long_sampler import LENGTH_TOOLTIP, check_length, check_size
+from .node_long_sampler import LENGTH_TOOLTIP
 from .prompting import conditioning_entry, with_initial_latent
 
 
@@ -48,8 +49,8 @@ class ARImageToVideo:
     def encode(self, positive, vae, start_image, width, height, length, batch_size=1):
         host = get_host()
         conditioning_entry(positive, "positive")
-        total = check_length(length)
-        latent_w, latent_h = check_size("width", width), check_size("height", height)
+        total = check_video_frames("length", length)
+        latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
         if not torch.is_tensor(start_image) or start_image.ndim != 4:
             raise FastARError("start_image is not an IMAGE [batch, height, width, channels]")
         image = host.resize_image(start_image[:1, :, :, :3].float(), width, height)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..fastar_core.errors import FastARError
-from ..fastar_core.runner import nearest_valid_pixel_frames
+from ..fastar_core.video_geometry import check_pixel_size, check_video_frames
 from .constants import (
     CACHE_POLICIES,
     CATEGORY,
@@ -19,24 +19,6 @@ from .inputs import combo, float_input, int_input, link, seed_input
 from .model_access import resolve_model
 from .prompting import as_schedule
 from .rollout import RolloutSettings, run_rollout
-
-
-def check_length(length: int) -> int:
-    """Wan's VAE maps 4k+1 video frames to k+1 latent frames; other lengths are refused, naming valid ones."""
-    if length < 1 or (length - 1) % 4:
-        lo, hi = nearest_valid_pixel_frames(length)
-        raise FastARError(f"length {length} is not a valid Wan video length (4k+1 frames: ..., 77, 81, 85, ...); "
-                          f"nearest valid lengths: {lo} or {hi}")
-    return (length - 1) // 4 + 1
-
-
-def check_size(name: str, value: int) -> int:
-    if value < PIXEL_STEP or value % PIXEL_STEP:
-        lo = max(PIXEL_STEP, value // PIXEL_STEP * PIXEL_STEP)
-        raise FastARError(f"{name} {value} is not a multiple of {PIXEL_STEP} (Wan's 8x VAE and 2x2 patches); "
-                          f"nearest valid: {lo} or {lo + PIXEL_STEP}")
-    return value // 8
-
 
 LENGTH_TOOLTIP = ("Video length in frames. Wan's VAE turns 4k+1 frames into k+1 latent frames, so the length must be "
                   "1, 5, 9, ..., 81, ... (81 = 21 latent frames = 5 s at 16 fps; 1001 = 62.5 s). Other values are "
@@ -102,8 +84,8 @@ class LongVideoSampler:
                mode="auto", seed=0, cache_policy="auto", sink_frames=3, window_frames=12, context_noise=0.0,
                sigmas=None):
         host = get_host()
-        total_frames = check_length(length)
-        latent_w, latent_h = check_size("width", width), check_size("height", height)
+        total_frames = check_video_frames("length", length)
+        latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
         if sigmas is None and schedule not in SCHEDULE_PRESETS:
             raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
         prompts = as_schedule(positive)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..fastar_core.errors import FastARError
+from ..fastar_core.video_geometry import pixel_size
 from .constants import CATEGORY
 from .host import get_host
 from .inputs import float_input, int_input, link, string_input
@@ -46,7 +47,7 @@ class SaveLongVideoStreaming:
         if not torch.is_tensor(latent) or latent.ndim != 5:
             raise FastARError("samples is not a video LATENT [batch, 16, frames, h, w]")
         batch, _, frames, h, w = latent.shape
-        width, height = w * 8, h * 8
+        width, height = pixel_size(w), pixel_size(h)
         metadata = host.metadata(prompt, extra_pnginfo)
         total = pixel_frames(frames)
         bar = host.progress(batch * total)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..fastar_core.fastar.config import FastARConfig
+from ..fastar_core import video_geometry
+from ..fastar_core.engine import EngineSettings
 
 MAX_CHUNK_LINES = 40  # longer rollouts show the first and last 20 chunks
 
@@ -11,13 +12,16 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def describe_fastar(c: FastARConfig, tempcache: bool) -> str:
+def describe_fastar(engine: EngineSettings) -> str:
+    c = engine.fastar
+    tempcache = engine.cache.policy == "tempcache"
     if not (tempcache or c.annca or c.annsa):
         return "off (dense reference)"
     parts = []
     if tempcache:
-        parts.append(f"TempCache threshold {c.threshold}, capacity {c.capacity_frames} frames "
-                     f"(sink {c.sink_frames}), matcher {c.matcher}")
+        t = engine.cache.tempcache
+        parts.append(f"TempCache threshold {t.threshold}, capacity {t.capacity_frames} frames "
+                     f"(sink {engine.cache.sink_frames}), matcher {t.matcher}")
     if c.annca:
         parts.append("AnnCA " + ("prune" if c.annca_prune else "pad merge only"))
     if c.annsa:
@@ -56,11 +60,11 @@ def chunk_lines(chunks) -> list[str]:
     return lines
 
 
-def build_report(*, model, result, settings, fastar: FastARConfig, tempcache: bool, policy: str, mode: str,
+def build_report(*, model, result, settings, engine: EngineSettings, mode: str,
                  n_init: int, width: int, height: int, schedule_text: str, prompts: str, notes=()) -> str:
     total = result.latent.shape[2]
     generated = total - n_init
-    video_frames = (total - 1) * 4 + 1
+    video_frames = video_geometry.video_frames(total)
     g = model.diffusion_model
     chunks = result.chunks
     peak = max((c.cache_bytes for c in chunks), default=0)
@@ -77,9 +81,9 @@ def build_report(*, model, result, settings, fastar: FastARConfig, tempcache: bo
         + f", {width}x{height}, {len(chunks)} chunk(s) of up to {settings.frames_per_block} latent frames",
         f"sampling  : {schedule_text} | mode {mode} | seed {settings.seed} | context noise {settings.context_noise}",
         f"prompts   : {prompts}",
-        f"cache     : {policy} | peak live {mib(peak)}"
+        f"cache     : {engine.cache.describe()} | peak live {mib(peak)}"
         + (f", allocated {mib(allocated)}" if allocated is not None else ""),
-        f"FAST-AR   : {describe_fastar(fastar, tempcache)}",
+        f"FAST-AR   : {describe_fastar(engine)}",
         "",
         *chunk_lines(chunks),
         "",

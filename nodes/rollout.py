@@ -11,12 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..fastar_core.engine import EngineSettings, build_sampler
 from ..fastar_core.errors import FastARError, GenerationCancelled
-from ..fastar_core.fastar.config import FastARConfig
-from ..fastar_core.fastar.session import build_sampler
-from ..fastar_core.kv_cache import CacheSpec
-from ..fastar_core.sampler import RolloutConfig, RolloutResult, chunk_plan
+from ..fastar_core.sampler import RolloutConfig, RolloutResult, plan_rollout
 from ..fastar_core.schedule import get_schedule
+from ..fastar_core.video_geometry import pixel_size
 from .model_access import ARModel
 from .prompting import ARPromptSchedule
 from .report import build_report
@@ -43,21 +42,10 @@ class RolloutOutcome:
     report: str
 
 
-def resolve_cache(fastar: FastARConfig, settings: RolloutSettings) -> tuple[FastARConfig, CacheSpec, str]:
-    """The sampler's cache policy and the FAST-AR patch agree here: an explicit dense policy wins over the
-    patch's TempCache; 'tempcache' needs FAST-AR."""
-    policy = settings.cache_policy
-    if policy == "auto":
-        policy = "tempcache" if fastar.tempcache else "global"
-    if policy == "tempcache":
-        if not fastar.enabled:
-            raise FastARError("cache_policy 'tempcache' needs FAST-AR: pass the model through the 'FAST-AR Attention' "
-                              "node with a preset other than 'off' (or choose global, window or rolling)")
-        fastar = fastar.with_overrides(tempcache=True, sink_frames=settings.sink_frames)
-    elif fastar.tempcache:
-        fastar = fastar.with_overrides(tempcache=False)
-    spec = CacheSpec(policy=policy, sink_frames=settings.sink_frames, window_frames=settings.window_frames)
-    return fastar, spec, policy
+def resolve_settings_for(model: ARModel, settings: RolloutSettings) -> EngineSettings:
+    """The FAST-AR patch on the MODEL and the sampler's cache inputs, resolved by the engine in one place."""
+    return model.fastar.resolve(cache_policy=settings.cache_policy, sink_frames=settings.sink_frames,
+                                window_frames=settings.window_frames, num_layers=len(model.diffusion_model.blocks))
 
 
 def resolve_mode(settings: RolloutSettings, schedule_name: str) -> str:
@@ -76,8 +64,9 @@ def initial_latents(model: ARModel, schedule: ARPromptSchedule, latent_h: int, l
         raise FastARError(f"the start image latent has shape {list(raw.shape)}; expected [batch, 16, frames, h, w] "
                           "from a Wan2.1 VAE")
     if tuple(raw.shape[3:]) != (latent_h, latent_w):
-        raise FastARError(f"the start image was encoded at {raw.shape[4] * 8}x{raw.shape[3] * 8} but the sampler "
-                          f"makes {latent_w * 8}x{latent_h * 8}: give 'AR Image to Video' the same width and height")
+        raise FastARError(f"the start image was encoded at {pixel_size(raw.shape[4])}x{pixel_size(raw.shape[3])} but "
+                          f"the sampler makes {pixel_size(latent_w)}x{pixel_size(latent_h)}: give 'AR Image to Video' "
+                          "the same width and height")
     return model.latent_format.process_in(raw.float())
 
 
@@ -97,16 +86,16 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
     if init is not None and init.shape[0] != batch:
         init = init[:1].expand(batch, -1, -1, -1, -1)
 
-    fastar, spec, policy = resolve_cache(model.fastar, settings)
+    engine = resolve_settings_for(model, settings)
     runner = model.runner()
-    sampler = build_sampler(runner, fastar, spec, frames_per_block=settings.frames_per_block)
+    sampler = build_sampler(runner, engine.fastar)
     cfg = RolloutConfig(num_frames=generated, latent_height=latent_h, latent_width=latent_w,
-                        frames_per_block=settings.frames_per_block, schedule=sched, seed=settings.seed, cache=spec,
-                        context_noise=settings.context_noise, mode=mode, batch=batch, channels=16)
+                        frames_per_block=settings.frames_per_block, schedule=sched, seed=settings.seed,
+                        cache=engine.cache, context_noise=settings.context_noise, mode=mode, batch=batch, channels=16)
 
-    n_chunks = len(chunk_plan(n_init, generated, settings.frames_per_block))
-    total_steps = n_chunks * (sched.num_steps + 1) if mode == "chunk" else n_chunks + sched.num_steps - 1
-    bar = host.progress(total_steps)
+    plan = plan_rollout(cfg, sched, n_init)
+    n_chunks = len(plan.chunks)
+    bar = host.progress(plan.total_forwards)
     preview = host.previewer(model.patcher)
     done = [0]
 
@@ -126,7 +115,7 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
         bar.update_absolute(done[0], None, image)
 
     log.info("FAST-AR: sampling %d latent frames in %d chunks, cache %s", generated, n_chunks,
-             describe_policy(policy, spec, fastar))
+             engine.cache.describe())
     try:
         result = sampler.generate(prompts, cfg, initial_latents=init, callback=on_chunk, cancel=host.interrupted,
                                   step_callback=on_step, output_device=host.intermediate_device(),
@@ -138,19 +127,8 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
         host.soft_empty_cache()
 
     sigmas = ", ".join(f"{s:.4g}" for s in sched.sigmas)
-    report = build_report(model=model, result=result, settings=settings, fastar=fastar,
-                          tempcache=policy == "tempcache", policy=describe_policy(policy, spec, fastar), mode=mode,
-                          n_init=n_init, width=latent_w * 8, height=latent_h * 8,
+    report = build_report(model=model, result=result, settings=settings, engine=engine, mode=mode,
+                          n_init=n_init, width=pixel_size(latent_w), height=pixel_size(latent_h),
                           schedule_text=f"{sched.name} ({sched.num_steps} steps: {sigmas})",
                           prompts=schedule.describe(), notes=[*schedule.notes, *notes])
     return RolloutOutcome(result.latent, result, report)
-
-
-def describe_policy(policy: str, spec: CacheSpec, fastar: FastARConfig) -> str:
-    if policy == "window":
-        return f"window (sink {spec.sink_frames} + last {spec.window_frames} frames)"
-    if policy == "rolling":
-        return f"rolling (sink {spec.sink_frames}, capacity {spec.rolling_capacity}, attend {spec.rolling_attend})"
-    if policy == "tempcache":
-        return f"tempcache (sink {fastar.sink_frames}, capacity {fastar.capacity_frames} frames)"
-    return "global (every frame kept)"

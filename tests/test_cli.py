@@ -62,7 +62,7 @@ def test_generate_with_fastar_reports_groups_density_and_recall(ckpt, tmp_path):
             "--device", "cpu"]
     assert main(args) == 0
     stats = json.loads((out / "stats.json").read_text())
-    assert stats["fastar"]["tempcache"] and stats["cache"] == "tempcache"
+    assert stats["cache"]["policy"] == "tempcache" and stats["cache"]["tempcache"]["capacity_frames"] == 6
     assert stats["fastar"]["annca"] and stats["fastar"]["annca_prune"]
     late = stats["chunks"][-1]
     assert len(late["groups"]) == 2

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import torch
 
+from comfyui_fastar.fastar_core.caches import CacheSpec
 from comfyui_fastar.fastar_core.checkpoint import load_wan_model
-from comfyui_fastar.fastar_core.kv_cache import CacheSpec
-from comfyui_fastar.tools.demo.bar import BAR_SEEDS, run_case
 from comfyui_fastar.tools.demo.model import (
     default_weights_path,
     latents_to_frames,
     latents_to_uint8,
     load_demo_model,
 )
+from comfyui_fastar.tools.demo.quality_bar import BAR_SEEDS, run_case
 from comfyui_fastar.tools.demo.settings import MODEL_CONFIG
 from comfyui_fastar.tools.demo.text import split_words
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from comfyui_fastar.fastar_core.attention import DenseAttention, PassInfo
-from comfyui_fastar.fastar_core.kv_cache import CacheSpec
+from comfyui_fastar.fastar_core.caches import CacheShape, CacheSpec
 from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.wan_config import WanConfig
 from comfyui_fastar.fastar_core.wan_model import random_wan
@@ -54,9 +54,9 @@ def test_training_forward_equals_the_chunked_rollout_with_a_global_cache(seed):
     runner = CausalRunner(model, attention=DenseAttention())
     text = runner.encode_text(ctx)
     grid = runner.grid_hw(*HW)
-    cache = CacheSpec("global").build(num_layers=CFG.num_layers, batch=1, num_heads=CFG.num_heads,
-                                      head_dim=CFG.head_dim, grid_hw=grid, total_frames=FRAMES,
-                                      dtype=torch.float32, device="cpu")
+    shape = CacheShape(num_layers=CFG.num_layers, batch=1, num_heads=CFG.num_heads, head_dim=CFG.head_dim,
+                       grid_hw=grid)
+    cache = CacheSpec("global").build(shape, total_frames=FRAMES)
     tpf = grid[0] * grid[1]
     for c in range(FRAMES // FPB):
         f0 = c * FPB

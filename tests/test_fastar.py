@@ -1,18 +1,18 @@
 """FAST-AR in the engine: config, exactness (Lemma 5.1, pad merge, one bucket), TempCache, a long rollout."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from comfyui_fastar.fastar_core.attention import DenseAttention, PassInfo
+from comfyui_fastar.fastar_core.caches import CacheSpec, GlobalCache, TempCache, TempCacheSettings
+from comfyui_fastar.fastar_core.engine import build_sampler, resolve_settings
 from comfyui_fastar.fastar_core.errors import FastARError
 from comfyui_fastar.fastar_core.fastar.ann import LSHMatcher, QuantMatcher, exact_top1
 from comfyui_fastar.fastar_core.fastar.attention import FastARAttention
 from comfyui_fastar.fastar_core.fastar.config import PRESETS, FastARConfig, get_preset
-from comfyui_fastar.fastar_core.fastar.session import build_sampler
-from comfyui_fastar.fastar_core.fastar.tempcache import TempCache
-from comfyui_fastar.fastar_core.kv_cache import CacheSpec, DenseKVCache
 from comfyui_fastar.fastar_core.rope import rope_axes
 from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.sampler import RolloutConfig
@@ -22,15 +22,19 @@ from helpers import tiny_context, tiny_model
 
 def test_presets_validate_and_bad_values_name_the_field():
     for name in PRESETS:
-        assert get_preset(name).validate(num_layers=4, frames_per_block=3).preset == name
-    assert not get_preset("off").enabled
-    bad = {"threshold": 0.0, "capacity_frames": 0, "bits": 17, "tables": 0, "dense_warmup": 1.5,
-           "matcher": "faiss", "layers": (9,)}
-    for field, value in bad.items():
+        preset = get_preset(name)
+        assert preset.attention.validate(num_layers=4).preset == name
+        if preset.tempcache is not None:
+            CacheSpec(policy="tempcache", tempcache=preset.tempcache).validate(frames_per_block=3)
+    assert not get_preset("off").attention.enabled and get_preset("off").tempcache is None
+    for field, value in {"bits": 17, "tables": 0, "dense_warmup": 1.5, "layers": (9,)}.items():
         with pytest.raises(FastARError, match=field):
             FastARConfig(**{field: value}).validate(num_layers=4)
+    for field, value in {"threshold": 0.0, "capacity_frames": 0, "matcher": "faiss"}.items():
+        with pytest.raises(FastARError, match=field):
+            TempCacheSettings(**{field: value}).validate()
     with pytest.raises(FastARError, match="capacity_frames"):
-        FastARConfig(tempcache=True, capacity_frames=4, sink_frames=3).validate(frames_per_block=3)
+        CacheSpec(policy="tempcache", sink_frames=3, tempcache=TempCacheSettings(capacity_frames=4)).validate(3)
     with pytest.raises(FastARError, match="preset"):
         get_preset("turbo")
 
@@ -127,8 +131,8 @@ def query_after(runner, text, cache, n):
 
 
 def make_tempcache(threshold=1.0, capacity=8, sink=1):
-    cfg = FastARConfig(tempcache=True, threshold=threshold, capacity_frames=capacity, sink_frames=sink)
-    return TempCache(cfg, num_layers=2, batch=1, num_heads=2, head_dim=32, grid_hw=(2, 2))
+    settings = TempCacheSettings(threshold=threshold, capacity_frames=capacity)
+    return TempCache(settings, sink, num_layers=2, batch=1, num_heads=2, head_dim=32, grid_hw=(2, 2))
 
 
 def test_threshold_one_on_repeated_frames_equals_dense_with_one_frame_of_groups():
@@ -137,7 +141,7 @@ def test_threshold_one_on_repeated_frames_equals_dense_with_one_frame_of_groups(
     text = runner.encode_text(tiny_context())
     frame = torch.randn(1, 16, 1, 4, 4, generator=torch.Generator().manual_seed(4))
     n = 12
-    dense = DenseKVCache("global", 2, 1, 2, 32, (2, 2), capacity_frames=n)
+    dense = GlobalCache(2, 1, 2, 32, (2, 2), capacity_frames=n)
     commit_frames(runner, text, dense, [frame] * n)
     temp = make_tempcache()
     commit_frames(runner, text, temp, [frame] * n)
@@ -215,9 +219,9 @@ def test_fastar_never_changes_the_sampling_noise():
     model = tiny_model()
     cfg = RolloutConfig(num_frames=6, latent_height=4, latent_width=4, seed=3)
     state = torch.random.get_rng_state()
-    dense = build_sampler(CausalRunner(model), get_preset("off"), CacheSpec()).generate(tiny_context(), cfg)
-    spec = CacheSpec(policy="tempcache")
-    temp = build_sampler(CausalRunner(model), FastARConfig(tempcache=True), spec).generate(tiny_context(), cfg)
+    dense = build_sampler(CausalRunner(model), FastARConfig()).generate(tiny_context(), cfg)
+    fast = resolve_settings(preset="balanced", attention_overrides={"annsa_min_keys": 0})
+    temp = build_sampler(CausalRunner(model), fast.fastar).generate(tiny_context(), replace(cfg, cache=fast.cache))
     assert torch.equal(state, torch.random.get_rng_state())
     # The first chunk sees an empty cache, so only the noise decides it: identical bit for bit.
     assert torch.equal(dense.latent[:, :, :3], temp.latent[:, :, :3])
@@ -225,9 +229,10 @@ def test_fastar_never_changes_the_sampling_noise():
 
 def test_long_rollout_with_everything_on_has_flat_cache_memory():
     model = tiny_model()
-    fa = get_preset("balanced").with_overrides(capacity_frames=12, annsa_min_keys=0)
-    spec = CacheSpec(policy="tempcache")
-    sampler = build_sampler(CausalRunner(model), fa, spec, measure=True)
+    settings = resolve_settings(preset="balanced", tempcache_overrides={"capacity_frames": 12},
+                                attention_overrides={"annsa_min_keys": 0})
+    spec = settings.cache
+    sampler = build_sampler(CausalRunner(model), settings.fastar, measure=True)
     reports = []
     cfg = RolloutConfig(num_frames=201, latent_height=4, latent_width=4, cache=spec, schedule="1.0,0.8,0.5")
     result = sampler.generate(tiny_context(pad=24), cfg, callback=reports.append)

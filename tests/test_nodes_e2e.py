@@ -4,20 +4,22 @@ Load from a checkpoint file -> FAST-AR patch -> prompt schedule -> long video sa
 function behind SamplerCustomAdvanced with a stand-in guider; image to video; interruption frees the cache.
 """
 
+import json
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from comfyui_fastar.fastar_core.caches import KVCache
 from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
 from comfyui_fastar.fastar_core.errors import FastARError, GenerationCancelled
-from comfyui_fastar.fastar_core.kv_cache import KVCache
 from comfyui_fastar.fastar_core.sampler import chunk_plan, noise_seed
 from comfyui_fastar.fastar_core.wan_config import WanConfig
 from comfyui_fastar.fastar_core.wan_model import random_wan
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
 from comfyui_fastar.nodes import host as host_module
 from comfyui_fastar.nodes.constants import FASTAR_OPTIONS_KEY
+from comfyui_fastar.nodes.model_access import fastar_choice_of
 from comfyui_fastar.nodes.node_sampler_ar import sample_ar_video
 from comfyui_fastar.nodes.standalone import NeedsComfyUI, StandaloneHost, StandaloneModel
 
@@ -72,16 +74,21 @@ def test_loader_lists_files_and_patch_clones(host, model):
     patched = patch(model)
     assert FASTAR_OPTIONS_KEY not in model.model_options["transformer_options"], "the input MODEL must be untouched"
     stored = patched.model_options["transformer_options"][FASTAR_OPTIONS_KEY]
-    assert stored["tempcache"] and stored["annsa"] and stored["backend"] == "torch"
-    assert all(not torch.is_tensor(v) for v in stored.values()), "model_options is deep-copied: plain values only"
-    overridden = patch(model, threshold=0.7, annsa="off", capacity_frames=9)
-    stored = overridden.model_options["transformer_options"][FASTAR_OPTIONS_KEY]
-    assert (stored["threshold"], stored["annsa"], stored["capacity_frames"]) == (0.7, False, 9)
-    annca = {choice: patch(model, annca=choice).model_options["transformer_options"][FASTAR_OPTIONS_KEY]
+    assert json.loads(json.dumps(stored)) == stored, "model_options is deep-copied: plain values only"
+    resolved = resolved_settings(patched)
+    assert resolved.cache.policy == "tempcache" and resolved.fastar.annsa and resolved.fastar.backend == "torch"
+    overridden = resolved_settings(patch(model, threshold=0.7, annsa="off", capacity_frames=9))
+    t = overridden.cache.tempcache
+    assert (t.threshold, overridden.fastar.annsa, t.capacity_frames) == (0.7, False, 9)
+    annca = {choice: resolved_settings(patch(model, annca=choice)).fastar
              for choice in ("preset", "pad merge", "pad merge + prune", "off")}
-    assert (annca["preset"]["annca"], annca["preset"]["annca_prune"]) == (True, False)  # balanced: exact merge
-    assert (annca["pad merge + prune"]["annca"], annca["pad merge + prune"]["annca_prune"]) == (True, True)
-    assert annca["pad merge"]["annca"] and not annca["pad merge"]["annca_prune"] and not annca["off"]["annca"]
+    assert (annca["preset"].annca, annca["preset"].annca_prune) == (True, False)  # balanced: exact merge
+    assert (annca["pad merge + prune"].annca, annca["pad merge + prune"].annca_prune) == (True, True)
+    assert annca["pad merge"].annca and not annca["pad merge"].annca_prune and not annca["off"].annca
+
+
+def resolved_settings(patched, **cache):
+    return fastar_choice_of(patched).resolve(**cache)
 
 
 def test_load_patch_schedule_sample_report(host, model):

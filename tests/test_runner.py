@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from comfyui_fastar.fastar_core.attention import PassInfo
-from comfyui_fastar.fastar_core.kv_cache import CacheSpec
+from comfyui_fastar.fastar_core.caches import CacheShape, CacheSpec
 from comfyui_fastar.fastar_core.runner import CausalRunner
 
 from helpers import reference_forward, tiny_context, tiny_model
@@ -36,8 +36,8 @@ def run_cached(model, spec, prev, current, t_current, ctx):
     text = runner.encode_text(ctx)
     g = runner.geometry
     total = sum(x.shape[2] for x in prev) + current.shape[2]
-    cache = spec.build(num_layers=g.num_layers, batch=1, num_heads=g.num_heads, head_dim=g.head_dim,
-                       grid_hw=GRID, total_frames=total, dtype=torch.float32, device="cpu")
+    shape = CacheShape(num_layers=g.num_layers, batch=1, num_heads=g.num_heads, head_dim=g.head_dim, grid_hw=GRID)
+    cache = spec.build(shape, total_frames=total)
     f0 = 0
     for x in prev:
         info = PassInfo(chunk=0, step=-1, num_steps=4, frame_start=f0, num_frames=x.shape[2], tokens_per_frame=6)

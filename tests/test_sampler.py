@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from comfyui_fastar.fastar_core.caches import CacheSpec
 from comfyui_fastar.fastar_core.errors import FastARError, GenerationCancelled
-from comfyui_fastar.fastar_core.kv_cache import CacheSpec
 from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
 from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig, noise_seed
@@ -117,13 +117,13 @@ def test_cancel_between_steps_frees_the_cache():
     model = tiny_model()
     sampler = ARSampler(CausalRunner(model))
     built = []
-    original = sampler._build_cache
+    original = sampler.build_cache
 
     def spy(*args):
         built.append(original(*args))
         return built[-1]
 
-    sampler._build_cache = spy
+    sampler.build_cache = spy
     calls = {"n": 0}
 
     def cancel():

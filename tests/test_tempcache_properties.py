@@ -4,8 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comfyui_fastar.fastar_core.fastar.config import FastARConfig
-from comfyui_fastar.fastar_core.fastar.tempcache import TempCache
+from comfyui_fastar.fastar_core.caches import TempCache, TempCacheSettings
 
 TPF = 4  # tokens per frame (grid 2 x 2)
 H, D = 2, 8
@@ -25,9 +24,9 @@ H, D = 2, 8
 def test_tempcache_invariants(seed, threshold, capacity, sink, frames_per_chunk, chunks, representative, scope):
     if capacity < sink + frames_per_chunk:
         capacity = sink + frames_per_chunk + 1
-    cfg = FastARConfig(tempcache=True, threshold=threshold, capacity_frames=capacity, sink_frames=sink,
-                       representative=representative, merge_scope=scope)
-    cache = TempCache(cfg, num_layers=1, batch=1, num_heads=H, head_dim=D, grid_hw=(2, 2))
+    cfg = TempCacheSettings(threshold=threshold, capacity_frames=capacity, representative=representative,
+                            merge_scope=scope)
+    cache = TempCache(cfg, sink, num_layers=1, batch=1, num_heads=H, head_dim=D, grid_hw=(2, 2))
     g = torch.Generator().manual_seed(seed)
     pool = torch.randn(1, H, 6, D, generator=g)  # a few recurring "objects" so that merges happen
     buffers = [(t.shape, t.data_ptr()) for t in (cache.k[0], cache.v[0], cache.count[0], cache.pos[0])]

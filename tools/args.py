@@ -1,13 +1,27 @@
-"""Command-line options shared by the tools: FAST-AR's knobs as argparse arguments, and back to a config."""
+"""Command-line options shared by the tools: the cache and FAST-AR's knobs as argparse arguments, turned into
+engine settings by the engine's own ``resolve_settings`` (the same function the nodes and the benches call)."""
 
 from __future__ import annotations
 
-from ..fastar_core.fastar.config import BACKENDS, PRESETS, FastARConfig, get_preset, parse_layers
+from ..fastar_core.engine import CACHE_CHOICES, EngineSettings, resolve_settings
+from ..fastar_core.fastar.config import BACKENDS, PRESET_NAMES, parse_layers
+
+
+def add_cache_arguments(p) -> None:
+    g = p.add_argument_group("KV cache")
+    g.add_argument("--cache", default="auto", choices=list(CACHE_CHOICES),
+                   help="cache policy (auto: tempcache when the FAST-AR preset turns it on, else global)")
+    g.add_argument("--sink", type=int, help="sink frames kept for good (window, rolling, tempcache; default 3)")
+    g.add_argument("--window", type=int, help="window frames besides the sink (window cache; default 12)")
 
 
 def add_fastar_arguments(p) -> None:
     g = p.add_argument_group("FAST-AR")
-    g.add_argument("--fastar", default="off", choices=list(PRESETS), help="FAST-AR preset (off = dense reference)")
+    g.add_argument("--fastar", default="off", choices=list(PRESET_NAMES), help="FAST-AR preset (off = dense reference)")
+    g.add_argument("--tempcache", dest="tempcache", action="store_true", default=None,
+                   help="turn TempCache on whatever the preset says")
+    g.add_argument("--no-tempcache", dest="tempcache", action="store_false",
+                   help="turn the preset's TempCache off (keep a dense cache)")
     g.add_argument("--threshold", type=float, help="TempCache merge threshold (cosine, (0, 1])")
     g.add_argument("--capacity", type=int, help="TempCache capacity in frames (sink included)")
     g.add_argument("--annca", dest="annca", action="store_true", default=None, help="turn AnnCA on")
@@ -26,11 +40,13 @@ def add_fastar_arguments(p) -> None:
     g.add_argument("--measure", action="store_true", help="report attention density and recall per chunk")
 
 
-def fastar_from_arguments(args) -> FastARConfig:
-    base = get_preset(args.fastar)
-    return base.with_overrides(
-        threshold=args.threshold, capacity_frames=args.capacity, annsa=args.annsa,
-        annca=True if args.annca_prune else args.annca, annca_prune=args.annca_prune,
-        bits=args.bits, tables=args.tables, dense_warmup=args.warmup, layers=parse_layers(args.layers),
-        calibration=args.calibration, backend=args.backend, annsa_min_keys=args.annsa_min_keys,
+def settings_from_arguments(args, num_layers: int | None = None) -> EngineSettings:
+    return resolve_settings(
+        preset=args.fastar, cache_policy=args.cache, tempcache=args.tempcache, sink_frames=args.sink,
+        window_frames=args.window, num_layers=num_layers,
+        tempcache_overrides={"threshold": args.threshold, "capacity_frames": args.capacity},
+        attention_overrides={"annsa": args.annsa, "annca": args.annca, "annca_prune": args.annca_prune,
+                             "bits": args.bits, "tables": args.tables, "dense_warmup": args.warmup,
+                             "layers": parse_layers(args.layers), "calibration": args.calibration,
+                             "backend": args.backend, "annsa_min_keys": args.annsa_min_keys},
     )

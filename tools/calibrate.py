@@ -10,19 +10,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..fastar_core.fastar.config import get_preset
-from ..fastar_core.fastar.session import build_sampler
-from ..fastar_core.kv_cache import CacheSpec
+from ..fastar_core.engine import EngineSettings, build_sampler, resolve_settings
 from ..fastar_core.runner import CausalRunner
 from ..fastar_core.sampler import RolloutConfig
 
 
 def calibrate_layers(model, context, latent_hw, channels, frames=24, schedule="self-forcing", initial_latents=None,
-                     fastar=None, fraction=0.7, min_recall=None, rope_max_distance=None, seed=0) -> dict:
+                     settings: EngineSettings | None = None, fraction=0.7, min_recall=None, rope_max_distance=None,
+                     seed=0) -> dict:
+    """``settings`` default: the balanced preset; AnnSA is forced on in every layer whatever they say."""
     runner = CausalRunner(model)
-    fastar = (fastar or get_preset("balanced")).with_overrides(layers="all", annsa=True, annsa_min_keys=0)
-    spec = CacheSpec(policy="tempcache" if fastar.tempcache else "global")
-    sampler = build_sampler(runner, fastar, spec, measure=True, rope_max_distance=rope_max_distance)
+    settings = settings or resolve_settings(preset="balanced")
+    spec = settings.cache
+    fastar = settings.fastar.with_overrides(layers="all", annsa=True, annsa_min_keys=0)
+    sampler = build_sampler(runner, fastar, measure=True, rope_max_distance=rope_max_distance)
     cfg = RolloutConfig(num_frames=frames, latent_height=latent_hw[0], latent_width=latent_hw[1], schedule=schedule,
                         seed=seed, cache=spec, channels=channels)
     sampler.generate(context, cfg, initial_latents=initial_latents)

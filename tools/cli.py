@@ -23,10 +23,6 @@ def _add_generate(sub):
     p.add_argument("--width", type=int, default=832, help="video width in pixels (multiple of 16)")
     p.add_argument("--cond", help="safetensors file holding the text conditioning [1, L, text_dim]")
     p.add_argument("--out", required=True, help="output folder (latent.safetensors, stats.json)")
-    p.add_argument("--cache", default="global", choices=["global", "window", "rolling"],
-                   help="dense cache policy (FAST-AR's tempcache comes with --fastar)")
-    p.add_argument("--sink", type=int, default=3, help="sink frames (window and rolling caches)")
-    p.add_argument("--window", type=int, default=12, help="window frames besides the sink (window cache)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--schedule", default="self-forcing",
                    help="self-forcing, rolling-forcing, causvid, or comma-separated sigmas")
@@ -35,8 +31,9 @@ def _add_generate(sub):
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--lora", help="LongLive-style PEFT LoRA file merged into the weights")
-    from .args import add_fastar_arguments
+    from .args import add_cache_arguments, add_fastar_arguments
 
+    add_cache_arguments(p)
     add_fastar_arguments(p)
 
 

@@ -14,7 +14,7 @@ import torch
 
 from ..fastar_core.fastar.metrics import per_frame_psnr
 from .bench.report import line_plots, mean, write_json
-from .bench.rollout import _rollout
+from .bench.rollout import run_mode
 from .bench.scenarios import bench_modes, demo_scenario
 
 DEFAULT_FRAMES = 240
@@ -64,7 +64,7 @@ def run_demo(out: Path, frames: int | None = None, seed: int = 0) -> int:
     chunks = -(-frames // scenario.frames_per_block)
     print(f"demo model, {frames} latent frames from a rendered start; prompt: {scenario.notes['prompt']!r}")
     # Warm-up so that the first timed chunks are not the allocator's.
-    _rollout(scenario, *modes["dense-global"], frames=2 * scenario.frames_per_block, seed=seed)
+    run_mode(scenario, *modes["dense-global"], frames=2 * scenario.frames_per_block, seed=seed)
     results = {}
     for name, (spec, fastar) in chosen.items():
         bar = ProgressBar(chunks, name)
@@ -72,7 +72,7 @@ def run_demo(out: Path, frames: int | None = None, seed: int = 0) -> int:
         def tick(row, bar=bar):
             bar.update(note=f"cache {row['cache_bytes'] / 2**20:6.2f} MiB")
 
-        result, rows = _rollout(scenario, spec, fastar, frames, seed, on_chunk=tick)
+        result, rows = run_mode(scenario, spec, fastar, frames, seed, on_chunk=tick)
         bar.close()
         results[name] = (result, rows, fastar)
 

@@ -10,9 +10,9 @@ import torch
 
 from ..fastar_core.checkpoint import load_wan_model
 from ..fastar_core.errors import FastARError
-from ..fastar_core.kv_cache import CacheSpec
 from ..fastar_core.runner import CausalRunner
 from ..fastar_core.sampler import RolloutConfig
+from ..fastar_core.video_geometry import check_pixel_size
 
 
 def load_conditioning(path, text_dim: int) -> torch.Tensor:
@@ -48,14 +48,13 @@ def pick_device(name: str | None) -> torch.device:
 
 
 def run_generate(args) -> int:
-    from ..fastar_core.fastar.session import build_sampler
-    from .args import fastar_from_arguments
+    from ..fastar_core.engine import build_sampler
+    from .args import settings_from_arguments
 
     device = pick_device(args.device)
     model, ckpt = load_wan_model(args.checkpoint, dtype=args.dtype, device=device, lora=args.lora)
     cfg = ckpt.config
-    if args.height % 16 or args.width % 16:
-        raise FastARError(f"--height {args.height} and --width {args.width} must be multiples of 16")
+    latent_h, latent_w = check_pixel_size("--height", args.height), check_pixel_size("--width", args.width)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.cond:
@@ -63,14 +62,13 @@ def run_generate(args) -> int:
     else:
         ctx, cond_note = random_conditioning(cfg.text_dim, args.seed), "seeded random stand-in (no --cond given)"
         print(f"no --cond given: using a {cond_note}")
-    fastar = fastar_from_arguments(args)
-    spec = CacheSpec(policy="tempcache" if fastar.tempcache else args.cache, sink_frames=args.sink,
-                     window_frames=args.window)
-    rollout = RolloutConfig(num_frames=args.frames, latent_height=args.height // 8, latent_width=args.width // 8,
+    settings = settings_from_arguments(args, num_layers=cfg.num_layers)
+    spec, fastar = settings.cache, settings.fastar
+    rollout = RolloutConfig(num_frames=args.frames, latent_height=latent_h, latent_width=latent_w,
                             frames_per_block=args.frames_per_block, schedule=args.schedule, seed=args.seed,
                             cache=spec, mode=args.mode, channels=cfg.in_dim)
     runner = CausalRunner(model)
-    sampler = build_sampler(runner, fastar, spec, measure=args.measure)
+    sampler = build_sampler(runner, fastar, measure=args.measure)
 
     def progress(report):
         print(f"chunk {report.index:4d}  frames {report.frame_start:5d}+{report.frames}  "
@@ -88,7 +86,7 @@ def run_generate(args) -> int:
         "frames": args.frames,
         "latent_shape": list(result.latent.shape),
         "conditioning": cond_note,
-        "cache": spec.policy,
+        "cache": spec.to_dict(),
         "fastar": fastar.to_dict(),
         "schedule": result.schedule.to_dict(),
         "seconds_total": round(time.perf_counter() - start, 4),

@@ -1,4 +1,6 @@
-"""``FastARConfig``: every FAST-AR knob, validated, with presets ``off``, ``quality``, ``balanced``, ``fast``."""
+"""``FastARConfig``: FAST-AR's attention knobs (AnnCA, AnnSA), validated; and the presets ``off``, ``quality``,
+``balanced``, ``fast``, each an attention config plus the TempCache settings it turns on (TempCache's knobs
+live with the cache, in ``caches.spec.TempCacheSettings``)."""
 
 from __future__ import annotations
 
@@ -6,26 +8,17 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from ...kernels.dispatch import BACKENDS as KERNEL_BACKENDS
+from ..caches.spec import TempCacheSettings
 from ..errors import FastARError
 
 ANN_METHODS = ("lsh", "quant")
-MATCHERS = ("exact", "lsh", "quant")
-REPRESENTATIVES = ("last", "mean")
-MERGE_SCOPES = ("head", "shared")
-BACKENDS = ("auto", "triton", "flashinfer", "flex", "torch")
+BACKENDS = ("auto", *KERNEL_BACKENDS)
 
 
 @dataclass(frozen=True)
 class FastARConfig:
     preset: str = "off"
-    # TempCache: bounded KV cache by merging temporally corresponding keys.
-    tempcache: bool = False
-    threshold: float = 0.9  # cosine similarity of pre-RoPE keys needed to join a group
-    capacity_frames: int = 21  # hard cap in frames' worth of tokens, sink included
-    sink_frames: int = 3  # first frames: never merged nor evicted
-    representative: str = "last"  # key kept for a group: the newest ("last", the paper's) or the mean
-    merge_scope: str = "head"  # merge decisions per head, or shared across heads
-    matcher: str = "exact"  # top-1 search: exact chunked matmul, LSH buckets, or int8 quantized
     # AnnCA: cross-attention prompt pruning (the exact merge of identical padded tokens is always on with it).
     annca: bool = False
     # Pruning on top of the exact pad merge. Off in every preset: measured on a CPU it never paid for its hashing
@@ -34,12 +27,12 @@ class FastARConfig:
     # AnnSA: bucketed sparse self-attention.
     annsa: bool = False
     dense_warmup: float = 0.3  # share of denoising steps that stay dense
-    layers: object = "all"  # "all", "auto" (from `fastar calibrate`), or a tuple of layer indices
+    layers: str | tuple = "all"  # "all", "auto" (from `fastar calibrate`), or a tuple of layer indices
     calibration: str | None = None  # JSON written by `fastar calibrate`, used when layers == "auto"
     # Below this many bucketed keys per head, planning and gathering cost more than the attention they save,
     # so the layer runs dense (the paper, too, finds sparse kernels lose on short sequences).
     annsa_min_keys: int = 8192
-    # Approximate nearest-neighbour search shared by AnnCA, AnnSA and the LSH/quant matchers.
+    # Approximate nearest-neighbour search shared by AnnCA and AnnSA.
     ann: str = "lsh"
     bits: int = 6  # LSH bits per table (buckets = 2**bits), or coarse-quantizer bits
     tables: int = 1
@@ -51,24 +44,14 @@ class FastARConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.tempcache or self.annca or self.annsa
+        """True when attention differs from the dense reference (AnnCA or AnnSA on)."""
+        return self.annca or self.annsa
 
-    def validate(self, num_layers: int | None = None, frames_per_block: int | None = None) -> FastARConfig:
+    def validate(self, num_layers: int | None = None) -> FastARConfig:
         def bad(field, value, valid):
             raise FastARError(f"FAST-AR {field} = {value!r} is invalid; valid: {valid}")
 
-        if not (0.0 < self.threshold <= 1.0):
-            bad("threshold", self.threshold, "a cosine similarity in (0, 1]")
-        if self.capacity_frames < 1:
-            bad("capacity_frames", self.capacity_frames, "at least 1 frame")
-        if self.sink_frames < 0:
-            bad("sink_frames", self.sink_frames, ">= 0")
-        too_small = frames_per_block is not None and self.capacity_frames < self.sink_frames + frames_per_block
-        if self.tempcache and too_small:
-            bad("capacity_frames", self.capacity_frames,
-                f">= sink_frames + one chunk = {self.sink_frames + frames_per_block} frames")
-        for field, allowed in (("representative", REPRESENTATIVES), ("merge_scope", MERGE_SCOPES),
-                               ("matcher", MATCHERS), ("ann", ANN_METHODS), ("backend", BACKENDS)):
+        for field, allowed in (("ann", ANN_METHODS), ("backend", BACKENDS)):
             if getattr(self, field) not in allowed:
                 bad(field, getattr(self, field), ", ".join(allowed))
         if not (1 <= self.bits <= 16):
@@ -99,6 +82,8 @@ class FastARConfig:
         if self.layers == "all":
             return set(range(num_layers))
         if self.layers == "auto":
+            if not self.calibration:
+                raise FastARError("layers 'auto' needs calibration=<file written by `fastar calibrate`>")
             data = json.loads(Path(self.calibration).read_text())
             return {int(i) for i in data["layers"]}
         return {int(i) for i in self.layers}
@@ -116,21 +101,30 @@ class FastARConfig:
         return replace(self, **changes).validate()
 
 
+@dataclass(frozen=True)
+class Preset:
+    """A named FAST-AR setting: attention knobs, and the TempCache it turns on (None: the cache stays dense)."""
+
+    name: str
+    attention: FastARConfig
+    tempcache: TempCacheSettings | None
+
+
 PRESETS = {
-    "off": FastARConfig(preset="off"),
+    "off": Preset("off", FastARConfig(preset="off"), None),
     # Exact or near-exact pieces only: conservative merging and the exact prompt pad merge.
-    "quality": FastARConfig(preset="quality", tempcache=True, threshold=0.95, annca=True),
+    "quality": Preset("quality", FastARConfig(preset="quality", annca=True), TempCacheSettings(threshold=0.95)),
     # The paper's defaults: tau 0.9, last-key, first 30 % of steps dense, sparse SA in every block.
-    "balanced": FastARConfig(preset="balanced", tempcache=True, threshold=0.9, annca=True, annsa=True),
+    "balanced": Preset("balanced", FastARConfig(preset="balanced", annca=True, annsa=True),
+                       TempCacheSettings(threshold=0.9)),
     # More merging, narrower buckets.
-    "fast": FastARConfig(preset="fast", tempcache=True, threshold=0.85, annca=True, annsa=True, bits=7,
-                         multiprobe=False, capacity_frames=15),
+    "fast": Preset("fast", FastARConfig(preset="fast", annca=True, annsa=True, bits=7, multiprobe=False),
+                   TempCacheSettings(threshold=0.85, capacity_frames=15)),
 }
+PRESET_NAMES = tuple(PRESETS)
 
 
-def get_preset(name: str) -> FastARConfig:
-    if isinstance(name, FastARConfig):
-        return name
+def get_preset(name: str) -> Preset:
     if name not in PRESETS:
         raise FastARError(f"FAST-AR preset {name!r} is not one of {', '.join(PRESETS)}")
     return PRESETS[name]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
+from ...fastar_core.engine import build_sampler
 from ...fastar_core.errors import GenerationCancelled
-from ...fastar_core.fastar.session import build_sampler
 from ...fastar_core.runner import CausalRunner
 from ...fastar_core.sampler import RolloutConfig
 from .report import line_plots, machine, write_json
@@ -23,7 +23,7 @@ from .scenarios import bench_modes, wan_shapes_scenario
 
 def _run(scenario, spec, fastar, frames, deadline, seed=0):
     runner = CausalRunner(scenario.model)
-    sampler = build_sampler(runner, fastar, spec, frames_per_block=3)
+    sampler = build_sampler(runner, fastar)
     cfg = RolloutConfig(num_frames=frames, latent_height=scenario.latent_hw[0], latent_width=scenario.latent_hw[1],
                         schedule=scenario.schedule, seed=seed, cache=spec)
     rows = []

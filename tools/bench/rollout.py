@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
+from ...fastar_core.engine import build_sampler
 from ...fastar_core.errors import FastARError
 from ...fastar_core.fastar.metrics import per_frame_psnr, per_frame_ssim
-from ...fastar_core.fastar.session import build_sampler
 from ...fastar_core.runner import CausalRunner
 from ...fastar_core.sampler import RolloutConfig
 from .report import latency_growth, line_plots, machine, mean, resident_bytes, write_json
@@ -25,10 +25,10 @@ from .scenarios import CAPACITY_FRAMES, Scenario, bench_modes, demo_scenario, wa
 MEASURED_FRAMES = 48  # recall is measured on a separate, shorter run (measuring costs time)
 
 
-def _rollout(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: bool = False, on_chunk=None):
+def run_mode(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: bool = False, on_chunk=None):
+    """One rollout of ``scenario`` with cache ``spec`` and attention ``fastar``; rows are per-chunk figures."""
     runner = CausalRunner(scenario.model)
-    sampler = build_sampler(runner, fastar, spec, measure=measure, frames_per_block=scenario.frames_per_block,
-                            rope_max_distance=scenario.rope_max_distance)
+    sampler = build_sampler(runner, fastar, measure=measure, rope_max_distance=scenario.rope_max_distance)
     cfg = RolloutConfig(num_frames=frames, latent_height=scenario.latent_hw[0], latent_width=scenario.latent_hw[1],
                         frames_per_block=scenario.frames_per_block, schedule=scenario.schedule, seed=seed, cache=spec,
                         channels=scenario.channels, context_noise=scenario.context_noise)
@@ -72,7 +72,7 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
         raise FastARError(f"--repeats must be at least 1, got {repeats}")
 
     # Warm-up: first calls allocate and pick kernels; keep them out of the timings.
-    _rollout(scenario, *all_modes["dense-global"], frames=2 * scenario.frames_per_block, seed=seed)
+    run_mode(scenario, *all_modes["dense-global"], frames=2 * scenario.frames_per_block, seed=seed)
 
     results, per_mode, times = {}, {}, {name: [] for name in names}
     for round_index in range(repeats):
@@ -86,7 +86,7 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
                     print(f"\r{label:22s} chunk {row['index']:4d} {row['seconds'] * 1000:8.1f} ms "
                           f"cache {row['cache_bytes'] / 2**20:8.2f} MiB", end="", flush=True)
 
-            result, rows = _rollout(scenario, spec, fastar, frames, seed, on_chunk=show)
+            result, rows = run_mode(scenario, spec, fastar, frames, seed, on_chunk=show)
             if progress:
                 print(f"\r{label:22s} done in {time.perf_counter() - start:7.1f} s" + " " * 30)
             times[name].append([r["seconds"] for r in rows])
@@ -109,7 +109,7 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
     for name in names:
         spec, fastar = all_modes[name]
         if fastar.annsa:
-            _, rows = _rollout(scenario, spec, fastar, min(frames, MEASURED_FRAMES), seed, measure=True)
+            _, rows = run_mode(scenario, spec, fastar, min(frames, MEASURED_FRAMES), seed, measure=True)
             per_mode[name]["measured_chunks"] = rows
 
     dense_total = sum(r["seconds"] for r in per_mode["dense-global"]["chunks"])

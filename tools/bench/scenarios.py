@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...fastar_core.fastar.config import FastARConfig, get_preset
-from ...fastar_core.kv_cache import CacheSpec
+from ...fastar_core.engine import resolve_settings
 from ...fastar_core.wan_config import WanConfig
 from ...fastar_core.wan_model import random_wan
 
@@ -64,25 +63,29 @@ def wan_shapes_scenario(seed: int = 0, device="cpu", heads: int | None = None, l
                     notes={"config": cfg.to_dict(), "tokens_per_frame": tpf, "dtype": str(dtype)})
 
 
-# The benchmark's modes: (cache spec, FAST-AR config). Capacity is shared, so dense-window and TempCache
-# hold the same number of frames' worth of tokens.
+# The benchmark's modes: (cache spec, FAST-AR config), each resolved by the engine from the same settings a user
+# would give. Capacity is shared, so dense-window and TempCache hold the same number of frames' worth of tokens.
 CAPACITY_FRAMES = 21
 SINK_FRAMES = 3
 
 
-def bench_modes(base: FastARConfig | None = None) -> dict:
-    base = (base or get_preset("balanced")).with_overrides(capacity_frames=CAPACITY_FRAMES, sink_frames=SINK_FRAMES)
-    off = get_preset("off")
-    temp = CacheSpec(policy="tempcache", sink_frames=SINK_FRAMES)
+def bench_modes(preset: str = "balanced") -> dict:
+    def mode(**kw):
+        s = resolve_settings(sink_frames=SINK_FRAMES, **kw)
+        return s.cache, s.fastar
+
+    def temp(**attention):
+        return mode(preset=preset, tempcache_overrides={"capacity_frames": CAPACITY_FRAMES},
+                    attention_overrides=attention)
+
     return {
-        "dense-global": (CacheSpec(policy="global"), off),
-        "dense-window": (CacheSpec(policy="window", sink_frames=SINK_FRAMES,
-                                   window_frames=CAPACITY_FRAMES - SINK_FRAMES), off),
-        "tempcache": (temp, base.with_overrides(annca=False, annsa=False)),
-        "tempcache+annsa": (temp, base.with_overrides(annca=False, annsa=True)),
-        "all": (temp, base.with_overrides(annca=True, annsa=True)),
+        "dense-global": mode(cache_policy="global"),
+        "dense-window": mode(cache_policy="window", window_frames=CAPACITY_FRAMES - SINK_FRAMES),
+        "tempcache": temp(annca=False, annsa=False),
+        "tempcache+annsa": temp(annca=False, annsa=True),
+        "all": temp(annca=True, annsa=True),
         # AnnCA's per-frame prompt pruning on top (off in the presets): what it saves and what it costs.
-        "all+annca-prune": (temp, base.with_overrides(annca=True, annca_prune=True, annsa=True)),
+        "all+annca-prune": temp(annca=True, annca_prune=True, annsa=True),
         # AnnSA on every call whatever the size: what bucketing costs and keeps where the default would skip it.
-        "all+forced-annsa": (temp, base.with_overrides(annca=True, annsa=True, annsa_min_keys=0)),
+        "all+forced-annsa": temp(annca=True, annsa=True, annsa_min_keys=0),
     }

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from ...fastar_core.attention import DenseAttention
+from ...fastar_core.caches import CacheSpec
 from ...fastar_core.checkpoint import load_wan_model
 from ...fastar_core.errors import FastARError
-from ...fastar_core.kv_cache import CacheSpec
 from ...fastar_core.runner import CausalRunner
 from ...fastar_core.sampler import ARSampler, RolloutConfig, RolloutResult
 from ...fastar_core.schedule import DenoisingSchedule, custom_schedule
@@ -123,11 +123,6 @@ def latents_to_uint8(latent: torch.Tensor) -> np.ndarray:
         latent = latent[0]
     frames = ((latent.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
     return frames.permute(1, 2, 3, 0).numpy()
-
-
-def frames_to_latents(frames: torch.Tensor) -> torch.Tensor:
-    """World frames ``[T, 3, H, W]`` -> the model's latent layout ``[1, 3, T, H, W]``."""
-    return frames.permute(1, 0, 2, 3)[None]
 
 
 def latents_to_frames(latent: torch.Tensor) -> torch.Tensor:

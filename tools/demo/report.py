@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from .bar import BAR_CACHES, BAR_FRAMES, BAR_SEEDS, run_bar
 from .evaluate import Thresholds
+from .quality_bar import BAR_CACHES, BAR_FRAMES, BAR_SEEDS, run_bar
 from .settings import WEIGHTS_FILE
 
 SAMPLE_STRIDE = 20  # frames between the columns of samples.png
@@ -197,7 +197,7 @@ On 2 CPU cores shared with other jobs ({platform.machine()}, torch {torch.__vers
 ![loss](loss.png)
 
 ## Evaluation: {BAR_FRAMES}-frame image-to-video rollouts
-`tools/demo/bar.py`: the engine's `ARSampler` continues a rendered 3-frame start for {BAR_FRAMES} latent frames
+`tools/demo/quality_bar.py`: the engine's `ARSampler` continues a rendered 3-frame start for {BAR_FRAMES} latent frames
 with the dense `global` cache (every frame) and the dense `window` cache (3 sink + 12 recent frames); each rollout
 is judged by `evaluate_rollout` against the scene's clean background and true sprite areas. Pass means all of:
 background PSNR over non-sprite pixels (the worst 1.5x sprite area + 16 pixels dropped per frame) at its 5% quantile

@@ -16,10 +16,9 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..kv_cache import CacheView, KVCache, check_fits, element_size
+from ..fastar.ann import LSHMatcher, QuantMatcher, exact_top1
 from ..rope import grid_positions
-from .ann import LSHMatcher, QuantMatcher, exact_top1
-from .config import FastARConfig
+from .base import CacheShape, CacheView, KVCache, check_fits, element_size
 
 # Equal keys can differ in the last bits after normalisation; a threshold of 1.0 must still merge them.
 COSINE_SLACK = 1e-6
@@ -28,19 +27,21 @@ COSINE_SLACK = 1e-6
 class TempCache(KVCache):
     policy = "tempcache"
 
-    def __init__(self, config: FastARConfig, num_layers, batch, num_heads, head_dim, grid_hw, dtype=torch.float32,
+    def __init__(self, settings, sink_frames, num_layers, batch, num_heads, head_dim, grid_hw, dtype=torch.float32,
                  device="cpu"):
+        """``settings``: a ``TempCacheSettings`` (threshold, capacity, representative, scope, matcher)."""
         super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
-        self.config = config
-        self.sink_tokens = config.sink_frames * self.tokens_per_frame
-        self.capacity = config.capacity_frames * self.tokens_per_frame
+        self.settings = settings
+        self.sink_frames = sink_frames
+        self.sink_tokens = sink_frames * self.tokens_per_frame
+        self.capacity = settings.capacity_frames * self.tokens_per_frame
         if self.capacity <= self.sink_tokens:
-            raise FastARError(f"TempCache capacity ({config.capacity_frames} frames) must exceed the sink "
-                              f"({config.sink_frames} frames)")
+            raise FastARError(f"TempCache capacity ({settings.capacity_frames} frames) must exceed the sink "
+                              f"({sink_frames} frames)")
         # One extra slot at the end is a write-only sink for masked scatters; it is never read.
         C = self.capacity + 1
         B, H, D = batch, num_heads, head_dim
-        check_fits(self.device, self.allocated_bytes(), f"TempCache with {config.capacity_frames} frames' capacity")
+        check_fits(self.device, self.allocated_bytes(), f"TempCache with {settings.capacity_frames} frames' capacity")
         self.k = [torch.zeros(B, H, C, D, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.v = [torch.zeros(B, H, C, D, dtype=dtype, device=self.device) for _ in range(num_layers)]
         self.count = [torch.zeros(B, H, C, device=self.device) for _ in range(num_layers)]
@@ -55,19 +56,30 @@ class TempCache(KVCache):
         self._pending = None
         self._matcher = self._make_matcher()
 
+    @classmethod
+    def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> TempCache:
+        return cls(spec.tempcache, spec.sink_frames, **vars(shape))
+
+    @classmethod
+    def check_spec(cls, spec, frames_per_block: int) -> None:
+        spec.tempcache.validate()
+        if spec.tempcache.capacity_frames < spec.sink_frames + frames_per_block:
+            raise FastARError(f"TempCache capacity_frames = {spec.tempcache.capacity_frames} is too small: it must "
+                              f"be >= sink_frames + one chunk = {spec.sink_frames + frames_per_block} frames")
+
     def _make_matcher(self):
-        c = self.config
+        c = self.settings
         if c.matcher == "lsh":
-            return LSHMatcher(self.num_heads, self.head_dim, c.bits, max(c.tables, 4), seed=c.seed + 17,
-                              multiprobe=True, device=self.device, backend=c.backend)
+            return LSHMatcher(self.num_heads, self.head_dim, c.matcher_bits, c.matcher_tables, seed=c.seed + 17,
+                              multiprobe=True, device=self.device)
         if c.matcher == "quant":
-            return QuantMatcher(self.num_heads, self.head_dim, c.quant_bits, c.bits, seed=c.seed + 17,
+            return QuantMatcher(self.num_heads, self.head_dim, c.quant_bits, c.matcher_bits, seed=c.seed + 17,
                                 device=self.device)
         return None
 
     # -- matching -------------------------------------------------------------------------------------------
     def _top1(self, new_k, reps, valid):
-        if self.config.merge_scope == "shared":
+        if self.settings.merge_scope == "shared":
             # Mean cosine over heads = cosine of the concatenation of per-head unit vectors.
             def flat(x):
                 x = x.float() / x.float().norm(dim=-1, keepdim=True).clamp_min(1e-12)
@@ -88,9 +100,9 @@ class TempCache(KVCache):
     def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         self.versions[layer] += 1
         frame_start, num_frames = self._pending
-        positions = grid_positions(frame_start, num_frames, *self.grid_hw, device=self.device)
+        positions = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], device=self.device)
         k, v = k.to(self.dtype), v.to(self.dtype)
-        sink = positions[:, 0] < self.config.sink_frames
+        sink = positions[:, 0] < self.sink_frames
         if sink.any():
             slots = positions[sink, 0] * self.tokens_per_frame + torch.arange(
                 int(sink.sum()), device=self.device) % self.tokens_per_frame
@@ -117,7 +129,7 @@ class TempCache(KVCache):
         candidates = (count[:, :, :hw] > 0) & (slot[:hw] >= self.sink_tokens)
 
         idx, sim = self._top1(k_new, K[:, :, :hw], candidates)
-        accept = sim >= self.config.threshold - COSINE_SLACK
+        accept = sim >= self.settings.threshold - COSINE_SLACK
         trash = torch.full_like(idx, C)
 
         # Merges: counts, running-mean values, newest key and position per group.
@@ -133,7 +145,7 @@ class TempCache(KVCache):
         newest = torch.full((B, H, C + 1), -1, dtype=torch.long, device=self.device)
         newest.scatter_reduce_(2, target, torch.where(accept, order, -1), reduce="amax")
         src = newest.clamp_min(0)
-        if self.config.representative == "mean":
+        if self.settings.representative == "mean":
             k_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
                 2, target[..., None].expand(-1, -1, -1, D), k_new.float())
             rep = (count[..., None] * K.float() + k_sum) / denom
@@ -156,7 +168,7 @@ class TempCache(KVCache):
         dest = torch.where(insert, free_order.gather(2, rank.clamp_min(0)), trash)
         n_insert = insert.sum(dim=-1)
         if int(n_insert.max()) > C - self.sink_tokens:
-            raise FastARError(f"TempCache capacity ({self.config.capacity_frames} frames) cannot take a chunk of "
+            raise FastARError(f"TempCache capacity ({self.settings.capacity_frames} frames) cannot take a chunk of "
                               f"{N // self.tokens_per_frame} frames beside the sink")
         old_count = count.gather(2, dest)
         evicted = (old_count > 0) & insert

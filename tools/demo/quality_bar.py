@@ -1,4 +1,5 @@
-"""The demo model's bar: long image-to-video rollouts with the engine's sampler, judged by ``evaluate_rollout``.
+"""The demo model's quality bar: long image-to-video rollouts with the engine's sampler, judged by
+``evaluate_rollout``.
 
 Each case continues a rendered 3-frame start chunk of a world scene for 240 latent frames with a dense cache
 (``global``: every frame; ``window``: 3 sink frames + the 12 most recent) and evaluates the result against
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...fastar_core.kv_cache import CacheSpec
+from ...fastar_core.caches import CacheSpec
 from .evaluate import Thresholds, evaluate_rollout
 from .model import DemoModel, latents_to_frames
 

@@ -1,0 +1,126 @@
+"""What every KV cache shares: the view it hands attention, the interface the runner drives, and memory checks.
+
+Every cache stores keys *before RoPE* with their (t, h, w) positions, allocates its buffers once per rollout,
+and hands the runner a ``CacheView`` per layer: ``k, v, bias, positions``. ``bias`` is 0 for live entries,
+``log(count)`` for merged groups (TempCache) and ``-inf`` for empty slots, so compressed caches plug into the
+same attention seam as the dense ones.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import FastARError
+
+
+@dataclass
+class CacheView:
+    k: torch.Tensor  # [B, H, L, D] pre-RoPE keys
+    v: torch.Tensor  # [B, H, L, D]
+    bias: torch.Tensor  # [B|1, H|1, L] float32 additive logit bias
+    positions: torch.Tensor  # [H|1, L, 3] int64 (t, h, w); t absolute, re-based where the policy moves a sink
+    n_sink: int  # the first n_sink entries are sink tokens
+    uniform: bool  # True when bias is 0 everywhere, so attention may skip it
+    version: int = 0  # changes whenever the layer's entries change (commit, rewind): lets readers memoise
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[2]
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """The model- and rollout-dependent sizes every cache is built for."""
+
+    num_layers: int
+    batch: int
+    num_heads: int
+    head_dim: int
+    grid_hw: tuple
+    dtype: torch.dtype = torch.float32
+    device: torch.device | str = "cpu"
+
+
+def element_size(dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def check_fits(device: torch.device, nbytes: int, what: str) -> None:
+    """Refuse, before allocating, a cache that cannot fit in the GPU's free memory (one clear message
+    instead of an out-of-memory error halfway through a rollout)."""
+    if device.type != "cuda":
+        return
+    free, _ = torch.cuda.mem_get_info(device)
+    if nbytes > free:
+        raise FastARError(f"{what} needs {nbytes / 2**30:.1f} GiB but {device} has {free / 2**30:.1f} GiB free; "
+                          "use the window or rolling cache, or FAST-AR's tempcache, whose memory is bounded")
+
+
+class KVCache(ABC):
+    """Interface shared by every cache policy. A policy also implements ``from_spec`` (build it from a
+    ``CacheSpec``) and ``check_spec`` (refuse sizes it cannot honour) and is listed in ``spec.POLICIES``."""
+
+    policy = "base"
+
+    def __init__(self, num_layers, batch, num_heads, head_dim, grid_hw, dtype, device):
+        self.num_layers = num_layers
+        self.batch = batch
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.grid_hw = tuple(grid_hw)
+        self.tokens_per_frame = grid_hw[0] * grid_hw[1]
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.versions = [0] * num_layers
+
+    # -- building from the user's choice -----------------------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> KVCache:
+        """The cache ``spec`` describes, for a rollout of ``total_frames`` latent frames."""
+
+    @classmethod  # noqa: B027 - most policies accept any size
+    def check_spec(cls, spec, frames_per_block: int) -> None:
+        """Raise ``FastARError`` when ``spec``'s sizes cannot hold a chunk of ``frames_per_block`` frames."""
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    @abstractmethod
+    def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
+        """What queries of frames ``query_start ..`` see of the past in ``layer`` (None: nothing yet)."""
+
+    # -- writing (one clean pass: prepare once, commit per layer, finish once) --------------------------------
+    @abstractmethod
+    def prepare_commit(self, frame_start: int, num_frames: int) -> None: ...
+
+    @abstractmethod
+    def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None: ...
+
+    def finish_commit(self) -> None:  # noqa: B027 - only caches that stage writes need it
+        """Called once after the last layer's commit of a clean pass."""
+
+    @abstractmethod
+    def rewind(self, frame: int) -> None:
+        """Forget entries of frames >= ``frame`` (sink frames excepted), before they are re-encoded."""
+
+    # -- accounting ------------------------------------------------------------------------------------------
+    @abstractmethod
+    def live_bytes(self) -> int: ...
+
+    @abstractmethod
+    def allocated_bytes(self) -> int: ...
+
+    def chunk_stats(self) -> dict:
+        """Figures reported with every finished chunk (TempCache: groups per layer)."""
+        return {}
+
+    def stats(self) -> dict:
+        return {"policy": self.policy, "live_bytes": self.live_bytes(), "allocated_bytes": self.allocated_bytes()}
+
+    def free(self) -> None:
+        """Drop every buffer (after a rollout, on error or interruption)."""
+        for name, value in list(vars(self).items()):
+            if isinstance(value, torch.Tensor) or (isinstance(value, list) and value and torch.is_tensor(value[0])):
+                setattr(self, name, None)

@@ -1,0 +1,112 @@
+"""``CacheSpec``: the one description of a KV cache that users, nodes, the command line and benches choose.
+
+A policy is a ``KVCache`` subclass with ``from_spec`` and ``check_spec``, listed once in ``POLICIES``; the
+spec holds every policy's sizes, so switching policy never loses a setting. ``sink_frames`` is shared: the
+window, rolling and TempCache policies all keep the first frames for good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from ..errors import FastARError
+from .base import CacheShape, KVCache
+from .dense import GlobalCache, RollingCache, WindowCache
+from .tempcache import TempCache
+
+# Every cache policy, by the name users type. A new policy is one KVCache subclass and one line here.
+POLICIES: dict[str, type[KVCache]] = {
+    "global": GlobalCache,
+    "window": WindowCache,
+    "rolling": RollingCache,
+    "tempcache": TempCache,
+}
+CACHE_POLICIES = tuple(POLICIES)
+
+REPRESENTATIVES = ("last", "mean")
+MERGE_SCOPES = ("head", "shared")
+MATCHERS = ("exact", "lsh", "quant")
+
+
+@dataclass(frozen=True)
+class TempCacheSettings:
+    """TempCache's own knobs (FAST-AR's bounded cache that merges temporally corresponding keys)."""
+
+    threshold: float = 0.9  # cosine similarity of pre-RoPE keys needed to join a group
+    capacity_frames: int = 21  # hard cap in frames' worth of tokens, sink included
+    representative: str = "last"  # key kept for a group: the newest ("last", the paper's) or the mean
+    merge_scope: str = "head"  # merge decisions per head, or shared across heads
+    matcher: str = "exact"  # top-1 search: exact chunked matmul, LSH buckets, or int8 quantized
+    matcher_bits: int = 6  # LSH bits per table, or coarse-quantizer bits, of the approximate matchers
+    matcher_tables: int = 4
+    quant_bits: int = 8
+    seed: int = 0  # the approximate matchers' projections come from a generator seeded here
+
+    def validate(self) -> TempCacheSettings:
+        def bad(name, value, valid):
+            raise FastARError(f"TempCache {name} = {value!r} is invalid; valid: {valid}")
+
+        if not (0.0 < self.threshold <= 1.0):
+            bad("threshold", self.threshold, "a cosine similarity in (0, 1]")
+        if self.capacity_frames < 1:
+            bad("capacity_frames", self.capacity_frames, "at least 1 frame")
+        for name, allowed in (("representative", REPRESENTATIVES), ("merge_scope", MERGE_SCOPES),
+                              ("matcher", MATCHERS)):
+            if getattr(self, name) not in allowed:
+                bad(name, getattr(self, name), ", ".join(allowed))
+        if not (1 <= self.matcher_bits <= 16):
+            bad("matcher_bits", self.matcher_bits, "1..16")
+        if not (1 <= self.matcher_tables <= 8):
+            bad("matcher_tables", self.matcher_tables, "1..8")
+        if not (2 <= self.quant_bits <= 8):
+            bad("quant_bits", self.quant_bits, "2..8")
+        return self
+
+    def with_overrides(self, **changes) -> TempCacheSettings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None}).validate()
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """A cache policy and its sizes, independent of the model."""
+
+    policy: str = "global"
+    sink_frames: int = 3  # window, rolling and tempcache: first frames kept for good
+    window_frames: int = 12  # window: cached frames kept besides the sink
+    rolling_capacity: int = 24  # rolling: frames held
+    rolling_attend: int = 21  # rolling: frames attended, queries included
+    tempcache: TempCacheSettings = field(default_factory=TempCacheSettings)
+
+    @property
+    def policy_class(self) -> type[KVCache]:
+        if self.policy not in POLICIES:
+            raise FastARError(f"cache policy {self.policy!r} is not one of {', '.join(POLICIES)}")
+        return POLICIES[self.policy]
+
+    def validate(self, frames_per_block: int) -> CacheSpec:
+        cls = self.policy_class
+        if self.sink_frames < 0:
+            raise FastARError(f"sink_frames must be >= 0, got {self.sink_frames}")
+        cls.check_spec(self, frames_per_block)
+        return self
+
+    def build(self, shape: CacheShape, total_frames: int) -> KVCache:
+        return self.policy_class.from_spec(self, shape, total_frames)
+
+    def describe(self) -> str:
+        """One line for reports: the policy and the sizes it uses."""
+        if self.policy == "window":
+            return f"window (sink {self.sink_frames} + last {self.window_frames} frames)"
+        if self.policy == "rolling":
+            return (f"rolling (sink {self.sink_frames}, capacity {self.rolling_capacity}, "
+                    f"attend {self.rolling_attend})")
+        if self.policy == "tempcache":
+            t = self.tempcache
+            return (f"tempcache (sink {self.sink_frames}, capacity {t.capacity_frames} frames, threshold "
+                    f"{t.threshold}, matcher {t.matcher})")
+        if self.policy == "global":
+            return "global (every frame kept)"
+        return self.policy
+
+    def to_dict(self) -> dict:
+        return asdict(self)
