@@ -73,4 +73,4 @@ def test_generate_rejects_bad_sizes(ckpt, tmp_path, capsys):
     args = ["generate", "--checkpoint", str(ckpt), "--frames", "3", "--height", "60", "--width", "64",
             "--out", str(tmp_path / "x"), "--device", "cpu"]
     assert main(args) == 2
-    assert "multiples of 16" in capsys.readouterr().err
+    assert "--height 60 is not a multiple of 16" in capsys.readouterr().err

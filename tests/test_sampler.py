@@ -168,7 +168,7 @@ def test_initial_noise_replaces_each_chunks_first_draw():
     cfg = RolloutConfig(num_frames=6, latent_height=4, latent_width=4, seed=5)
     seeded = ARSampler(runner).generate(tiny_context(), cfg).latent
     # The sampler's own first draws, passed explicitly, reproduce the seeded run bit for bit.
-    own = torch.cat([ARSampler(runner)._noise(cfg, c, 0, 3) for c in range(2)], dim=2)
+    own = torch.cat([ARSampler(runner).noise_source(cfg)(c, 0, 3) for c in range(2)], dim=2)
     assert torch.equal(ARSampler(runner).generate(tiny_context(), cfg, initial_noise=own).latent, seeded)
     other = ARSampler(runner).generate(tiny_context(), cfg, initial_noise=torch.zeros_like(own)).latent
     assert not torch.allclose(other, seeded)
