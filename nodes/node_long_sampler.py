@@ -58,8 +58,8 @@ class LongVideoSampler:
                 "cache_policy": combo(CACHE_POLICIES, "What later chunks attend to. global: every frame (memory grows "
                                                       "with length). window: sink + last window_frames (LongLive). "
                                                       "rolling: Rolling Forcing's cache. tempcache: FAST-AR's merged "
-                                                      "cache (sized by FAST-AR Attention). auto: tempcache when FAST-AR "
-                                                      "turns it on, else global. A dense policy with FAST-AR's "
+                                                      "cache (sized by FAST-AR Attention). auto: tempcache when FAST-AR"
+                                                      " turns it on, else global. A dense policy with FAST-AR's "
                                                       "TempCache on is refused."),
                 "sink_frames": int_input(3, 0, 64, "Latent frames at the start that stay in the cache for good "
                                                    "(attention sink; window, rolling and tempcache)."),
