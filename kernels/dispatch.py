@@ -1,7 +1,22 @@
-"""Pick a backend for each op from the device, the installed packages, the dtype and the head dim.
+"""Pick the backends for each call from the device, the installed packages, the dtype, the head dim and the
+call's kind (bias or not, LSE or not).
 
-`auto` runs `torch` on CPU and prefers `triton` on CUDA (head dims 64 and 128), then `torch`. An explicit choice
-is honoured when it can run and refused with one `BackendUnavailableError` otherwise.
+Every call gets a chain of backends ending with `torch`; `verify.run_with_fallback` runs the first one that has
+passed its first-use check. `auto`:
+
+| call (CUDA) | chain |
+|---|---|
+| dense attention, no bias, no LSE | host attention if one is registered (e.g. ComfyUI's), then torch SDPA (flash) |
+| dense attention with a bias, fp16/bf16 | `sdpa_fold` (bias folded into mask-free SDPA: flash), then torch |
+| dense attention with a bias in fp32 | torch (memory-efficient SDPA, the bias as a broadcast mask) |
+| dense attention with the LSE requested | triton (head dims 64/128; one pass), then torch |
+| sparse attention | triton (head dims 64/128), then torch |
+| LSH codes | triton, then torch |
+
+Off CUDA `auto` is torch. An explicit backend that cannot run here is refused with one
+`BackendUnavailableError`; one that can run is tried first and falls back like `auto` when its check fails.
+For calls it does not cover (a head dim without a kernel, a host backend asked for a biased call) it steps
+aside for torch. A name valid for some op but not this one (e.g. `flex` for LSH codes) gets this op's `auto`.
 """
 
 import sys
@@ -17,15 +32,27 @@ from .environment import (
     triton_interpreter_on,
 )
 from .errors import BackendUnavailableError
+from .host_backends import host_backends, preferred_host
 
-BACKENDS = ("triton", "flashinfer", "flex", "torch")
+BACKENDS = ("triton", "flashinfer", "flex", "sdpa_fold", "torch")
 OP_BACKENDS = {
-    "attention": ("triton", "flashinfer", "flex", "torch"),
+    "attention": ("triton", "flashinfer", "flex", "sdpa_fold", "torch"),
     "sparse_attention": ("triton", "flashinfer", "flex", "torch"),
     "lsh_codes": ("triton", "torch"),
 }
 # Head dims our Triton attention kernels are built and tuned for; others take the torch path.
 TRITON_HEAD_DIMS = (64, 128)
+# The fold adds 8 to the head dim; PyTorch's flash kernel takes head dims up to 256.
+FOLD_MAX_HEAD_DIM = 248
+HALF_TYPES = (torch.float16, torch.bfloat16)
+
+
+def op_backends(op: str) -> tuple:
+    """Every backend name `op` knows: the built-in ones, then (dense attention) the registered host ones."""
+    _check_op(op)
+    if op == "attention":
+        return OP_BACKENDS[op][:-1] + tuple(host_backends()) + ("torch",)
+    return OP_BACKENDS[op]
 
 
 def _as_device(device) -> torch.device:
@@ -35,7 +62,14 @@ def _as_device(device) -> torch.device:
 def backend_problem(op: str, backend: str, device, dtype: torch.dtype | None = None) -> str | None:
     """Why `backend` cannot run `op` on `device` (and `dtype`), or None when it can."""
     device = _as_device(device)
-    if backend == "torch":
+    if backend in ("torch", "sdpa_fold"):
+        return None
+    host = host_backends().get(backend)
+    if host is not None:
+        if op != "attention":
+            return f"host backend {backend!r} runs dense attention only"
+        if device.type not in host.device_types:
+            return f"host backend {backend!r} runs on {', '.join(host.device_types)} tensors (got {device.type})"
         return None
     if backend == "triton":
         if not triton_installed():
@@ -72,41 +106,82 @@ def backend_problem(op: str, backend: str, device, dtype: torch.dtype | None = N
 
 def available_backends(device, op: str = "attention", dtype: torch.dtype | None = None) -> list[str]:
     """The backends that can run `op` for tensors on `device` (for reports and error messages)."""
-    _check_op(op)
-    return [name for name in OP_BACKENDS[op] if backend_problem(op, name, device, dtype) is None]
+    return [name for name in op_backends(op) if backend_problem(op, name, device, dtype) is None]
 
 
-def choose_backend(
-    op: str, backend: str = "auto", device="cpu", *, dtype: torch.dtype | None = None, head_dim: int | None = None
-) -> str:
-    """The backend that will run `op`: the user's choice if it can run here, else the best automatic one."""
+def all_backend_names() -> tuple:
+    return BACKENDS + tuple(host_backends())
+
+
+def backend_chain(
+    op: str, backend: str = "auto", device="cpu", *, dtype: torch.dtype | None = None, head_dim: int | None = None,
+    has_bias: bool = False, return_lse: bool = False,
+) -> tuple:
+    """The backends to try for one call, best first, always ending with torch (see the module docstring)."""
     _check_op(op)
     device = _as_device(device)
     if not isinstance(backend, str):
         raise BackendUnavailableError(f"backend must be a string such as 'auto' or 'torch', got {backend!r}")
     name = backend.strip().lower()
+    call = (op, device, dtype, head_dim, has_bias, return_lse)
     if name == "auto":
-        return _auto_backend(op, device, dtype, head_dim)
-    if name not in OP_BACKENDS[op]:
+        return _auto_chain(*call)
+    if name not in all_backend_names():
         raise BackendUnavailableError(
-            f"unknown backend {backend!r} for {op}: valid names are auto, {', '.join(OP_BACKENDS[op])}; "
+            f"unknown backend {backend!r} for {op}: valid names are auto, {', '.join(op_backends(op))}; "
             f"on {device.type} these can run: {', '.join(available_backends(device, op, dtype))}"
         )
+    if name not in op_backends(op):
+        return _auto_chain(*call)  # a name for another op (the same setting reaches every op)
     problem = backend_problem(op, name, device, dtype)
     if problem is not None:
         raise BackendUnavailableError(
             f"backend {name!r} cannot run {op} here: {problem}. "
             f"Backends that can: {', '.join(available_backends(device, op, dtype))} (or 'auto')"
         )
-    return name
+    if name == "torch" or not covers(name, *call):
+        return ("torch",)
+    return (name, "torch")
 
 
-def _auto_backend(op: str, device: torch.device, dtype, head_dim) -> str:
-    if device.type != "cuda" or backend_problem(op, "triton", device, dtype) is not None:
-        return "torch"
-    if op == "lsh_codes" or head_dim in TRITON_HEAD_DIMS:
-        return "triton"
-    return "torch"
+def choose_backend(
+    op: str, backend: str = "auto", device="cpu", *, dtype: torch.dtype | None = None, head_dim: int | None = None,
+    has_bias: bool = False, return_lse: bool = False,
+) -> str:
+    """The backend that will run `op` when every check passes: the first of `backend_chain`."""
+    return backend_chain(op, backend, device, dtype=dtype, head_dim=head_dim, has_bias=has_bias,
+                         return_lse=return_lse)[0]
+
+
+def covers(name: str, op: str, device, dtype, head_dim, has_bias: bool, return_lse: bool) -> bool:
+    """Whether backend `name` computes this kind of call itself (rather than handing it to torch)."""
+    if name == "triton" and op != "lsh_codes":
+        return head_dim in TRITON_HEAD_DIMS
+    if name == "sdpa_fold":
+        return has_bias and not return_lse
+    if name in host_backends():
+        return not has_bias and not return_lse
+    return True
+
+
+def _auto_chain(op: str, device: torch.device, dtype, head_dim, has_bias: bool, return_lse: bool) -> tuple:
+    if device.type != "cuda":
+        return ("torch",)
+    triton_ok = backend_problem(op, "triton", device, dtype) is None
+    if op == "lsh_codes":
+        return ("triton", "torch") if triton_ok else ("torch",)
+    triton_runs = triton_ok and head_dim in TRITON_HEAD_DIMS
+    if op == "sparse_attention":
+        return ("triton", "torch") if triton_runs else ("torch",)
+    if not has_bias and not return_lse:
+        host = preferred_host(device.type)
+        return (host, "torch") if host else ("torch",)  # torch: SDPA picks flash / memory-efficient
+    fold_fits = head_dim is not None and head_dim <= FOLD_MAX_HEAD_DIM
+    if has_bias and not return_lse and dtype in HALF_TYPES and fold_fits:
+        return ("sdpa_fold", "torch")
+    if return_lse and triton_runs:
+        return ("triton", "torch")  # writes the LSE in the same pass; torch needs a second matmul for it
+    return ("torch",)
 
 
 def _check_op(op: str) -> None:

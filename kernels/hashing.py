@@ -9,8 +9,9 @@ from typing import NamedTuple
 import torch
 
 from .checks import check_codes
-from .dispatch import choose_backend
+from .dispatch import backend_chain
 from .errors import KernelInputError
+from .verify import Family, probe_generator, run_with_fallback
 
 MAX_BITS = 16
 
@@ -36,7 +37,32 @@ def lsh_codes(x, planes, *, bits: int, backend="auto") -> torch.Tensor:
         raise KernelInputError(f"planes' last dim must be a positive multiple of bits={bits}, got {planes.shape[2]}")
     if planes.device != x.device:
         raise KernelInputError(f"planes must be on x's device {x.device}, got {planes.device}")
-    name = choose_backend("lsh_codes", backend, x.device, dtype=x.dtype, head_dim=D)
+    chain = backend_chain("lsh_codes", backend, x.device, dtype=x.dtype, head_dim=D)
+    family = Family(str(x.device), x.dtype, D, False, bits=bits)
+    return run_with_fallback("lsh_codes", chain, family, lambda name: _run(name, x, planes, bits),
+                             lambda name: probe(name, family))
+
+
+def probe(name: str, family: Family) -> str | None:
+    """Backend `name` against torch on random tokens: codes must agree wherever no projection is within
+    rounding of 0 (there the sign, and so the bit, may legitimately differ)."""
+    D, bits = family.head_dim, family.bits
+    gen = probe_generator(D + bits)
+    x = torch.randn(1, 2, 70, D, generator=gen)
+    planes = torch.randn(2, D, 2 * bits, generator=gen)
+    projections = torch.einsum("bhnd,hdk->bhnk", x.to(family.dtype).double(), planes.double())
+    clear = (projections.abs() > 1e-3 * D**0.5).view(1, 2, 70, 2, bits).all(-1)
+    x, planes = x.to(family.device, family.dtype), planes.to(family.device)
+    got, expected = _run(name, x, planes, bits), _run("torch", x, planes, bits)
+    if got.shape != expected.shape or got.dtype != expected.dtype:
+        return f"codes have shape {tuple(got.shape)} {got.dtype}, expected {tuple(expected.shape)} {expected.dtype}"
+    wrong = int((got != expected)[clear.to(got.device)].sum())
+    if wrong:
+        return f"{wrong} of {int(clear.sum())} codes differ from torch"
+    return None
+
+
+def _run(name, x, planes, bits):
     if name == "triton":
         from .hashing_triton import lsh_codes_triton
 

@@ -1,9 +1,12 @@
-"""Public block-sparse attention over a bucket layout: check, pick a backend, run in sorted order, unsort."""
+"""Public sparse attention: check, pick the backends, run the first that works in sorted order, unsort."""
+
+import torch
 
 from .checks import check_bias, check_qkv, resolve_scale
-from .dispatch import choose_backend
+from .dispatch import backend_chain
 from .errors import KernelInputError
-from .sparse_layout import SparseLayout
+from .sparse_layout import SparseLayout, build_sparse_layout
+from .verify import Family, compare, log_count_bias, probe_generator, run_with_fallback
 
 
 def sparse_attention(q, k, v, layout, bias=None, *, scale=None, backend="auto"):
@@ -12,7 +15,8 @@ def sparse_attention(q, k, v, layout, bias=None, *, scale=None, backend="auto"):
     q [B, H, Nq, D], k and v [B, H, Nk, D] in their ORIGINAL order (the layout sorts and unsorts them);
     `layout` from `build_sparse_layout` with the same B, H, Nq, Nk; `bias` float32 per key, broadcastable to
     [B, H, Nk]. Returns [B, H, Nq, D] in the original query order; a query that sees no key gets zeros.
-    `backend`: "auto", "torch", "triton", "flex" or "flashinfer".
+    `backend`: "auto", "torch", "triton", "flex" or "flashinfer"; accelerated ones are checked against torch at
+    first use (see `verify`).
     """
     B, H, Nq, Nk, D = check_qkv(q, k, v)
     if not isinstance(layout, SparseLayout):
@@ -25,9 +29,47 @@ def sparse_attention(q, k, v, layout, bias=None, *, scale=None, backend="auto"):
         raise KernelInputError(f"layout is on {layout.device} but q is on {q.device}; build it from codes there")
     bias = check_bias(bias, B, H, Nk, q.device)
     scale = resolve_scale(scale, D)
-    name = choose_backend("sparse_attention", backend, q.device, dtype=q.dtype, head_dim=D)
+    chain = backend_chain("sparse_attention", backend, q.device, dtype=q.dtype, head_dim=D,
+                          has_bias=bias is not None)
     if Nq == 0 or Nk == 0:
         return q.new_zeros(B, H, Nq, D)
+    family = Family(str(q.device), q.dtype, D, bias is not None, block_q=layout.block_q, block_k=layout.block_k,
+                    radius=layout.radius, bits=layout.bits)
+    return run_with_fallback("sparse_attention", chain, family,
+                             lambda name: _run(name, q, k, v, layout, bias, scale),
+                             lambda name: probe(name, family))
+
+
+def probe(name: str, family: Family) -> str | None:
+    """Backend `name` against torch on a small layout of `family`: dense keys, ragged tiles, a blind head."""
+    bq, bk, D = family.block_q, family.block_k, family.head_dim
+    B, H = 1, 3
+    n_dense = bk + 8  # one all-dense key block and one mixed block
+    Nq, Nk = bq + 7, n_dense + 2 * bk + 5
+    gen = probe_generator(D + bq)
+    q_codes, k_codes = (_probe_codes(gen, (B, H, n), family.bits).to(family.device) for n in (Nq, Nk))
+    layout = build_sparse_layout(q_codes, k_codes, n_dense=n_dense, block_q=bq, block_k=bk, radius=family.radius)
+    q, k, v = (torch.randn(B, H, n, D, generator=gen) for n in (Nq, Nk, Nk))
+    q = 2 * q
+    bias = log_count_bias(B, H, Nk, gen, family.device, blind_head=True) if family.has_bias else None
+    q, k, v = (t.to(family.device, family.dtype) for t in (q, k, v))
+    scale = resolve_scale(None, D)
+    out = _run(name, q, k, v, layout, bias, scale)
+    reference = _run("torch", q.float(), k.float(), v.float(), layout, bias, scale)
+    return compare(out, reference, name, family.dtype)
+
+
+def _probe_codes(gen, shape, bits: int) -> torch.Tensor:
+    """Codes in a few buckets (so most queries see sparse keys too) whose widest one has exactly `bits` bits,
+    the width the layout derives and the planners branch on."""
+    codes = torch.randint(0, min(2**bits, 4), shape, generator=gen)
+    if bits > 2:
+        codes |= torch.randint(0, 2, shape, generator=gen) << (bits - 1)
+    codes[..., 0] |= 1 << (bits - 1)
+    return codes
+
+
+def _run(name, q, k, v, layout, bias, scale):
     if name == "triton":
         from .sparse_triton import sparse_attention_triton as run
     elif name == "flex":
