@@ -13,8 +13,16 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels import attention as kernel_attention
+from ..kernels import register_host_backend
 from .caches.base import CacheView
 from .rope import apply_rope, rope_cos_sin, rotate
+
+
+def register_host_attention(name: str, fn, *, tolerance: float | None = None) -> None:
+    """Let a host's own dense attention `fn(q, k, v, scale)` ([B, H, N, D], no bias) serve the dense calls on
+    CUDA under backend `auto` (and under its own name); it is checked against torch at first use like every
+    accelerated backend."""
+    register_host_backend(name, fn, device_types=("cuda",), tolerance=tolerance)
 
 
 @dataclass

@@ -32,7 +32,7 @@ from .environment import (
     triton_interpreter_on,
 )
 from .errors import BackendUnavailableError
-from .host_backends import host_backends, preferred_host
+from .host_backends import preferred_host, registered_host_backends
 
 BACKENDS = ("triton", "flashinfer", "flex", "sdpa_fold", "torch")
 OP_BACKENDS = {
@@ -51,7 +51,7 @@ def op_backends(op: str) -> tuple:
     """Every backend name `op` knows: the built-in ones, then (dense attention) the registered host ones."""
     _check_op(op)
     if op == "attention":
-        return OP_BACKENDS[op][:-1] + tuple(host_backends()) + ("torch",)
+        return OP_BACKENDS[op][:-1] + tuple(registered_host_backends()) + ("torch",)
     return OP_BACKENDS[op]
 
 
@@ -64,7 +64,7 @@ def backend_problem(op: str, backend: str, device, dtype: torch.dtype | None = N
     device = _as_device(device)
     if backend in ("torch", "sdpa_fold"):
         return None
-    host = host_backends().get(backend)
+    host = registered_host_backends().get(backend)
     if host is not None:
         if op != "attention":
             return f"host backend {backend!r} runs dense attention only"
@@ -110,7 +110,7 @@ def available_backends(device, op: str = "attention", dtype: torch.dtype | None 
 
 
 def all_backend_names() -> tuple:
-    return BACKENDS + tuple(host_backends())
+    return BACKENDS + tuple(registered_host_backends())
 
 
 def backend_chain(
@@ -159,7 +159,7 @@ def covers(name: str, op: str, device, dtype, head_dim, has_bias: bool, return_l
         return head_dim in TRITON_HEAD_DIMS
     if name == "sdpa_fold":
         return has_bias and not return_lse
-    if name in host_backends():
+    if name in registered_host_backends():
         return not has_bias and not return_lse
     return True
 

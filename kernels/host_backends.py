@@ -51,7 +51,7 @@ def unregister_host_backend(name: str) -> None:
     verify.set_tolerance(name, None)
 
 
-def host_backends() -> dict:
+def registered_host_backends() -> dict:
     """{name: HostBackend} in registration order."""
     return dict(_registry)
 

@@ -8,6 +8,7 @@ inside methods, so importing the pack never imports ComfyUI. ``FASTAR_HOST=stand
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -33,10 +34,35 @@ def get_host():
     if comfy_loaded():
         if _comfy is None:
             _comfy = ComfyHost()
+            register_comfy_attention()
         return _comfy
     if _standalone is None:
         _standalone = StandaloneHost()
     return _standalone
+
+
+# ComfyUI's attention may be int8 SageAttention: its first-use check against torch allows this absolute error.
+COMFY_ATTENTION_TOLERANCE = 0.1
+
+
+def register_comfy_attention() -> None:
+    """Dense attention without bias through ComfyUI's `optimized_attention`, as kernels backend "comfy", so the
+    attention flags users start ComfyUI with (--use-sage-attention, --use-flash-attention, ...) apply to it."""
+    from ..fastar_core.attention import register_host_attention
+
+    register_host_attention("comfy", comfy_attention, tolerance=COMFY_ATTENTION_TOLERANCE)
+
+
+def comfy_attention(q, k, v, scale: float):
+    """q, k, v [B, H, N, D] -> [B, H, Nq, D] with ComfyUI's chosen attention function (looked up per call)."""
+    from comfy.ldm.modules import attention as comfy_attn
+
+    B, H, N, D = q.shape
+    if not math.isclose(scale, D**-0.5, rel_tol=1e-6):
+        q = q * (scale * D**0.5)  # not every ComfyUI attention takes a `scale`; all default to 1/sqrt(D)
+    # skip_reshape: the inputs are already [B, H, N, D]; the output comes back as [B, N, H * D].
+    out = comfy_attn.optimized_attention(q, k, v, H, skip_reshape=True)
+    return out.view(B, N, H, D).transpose(1, 2)
 
 
 WEIGHT_DTYPES = ("default", "bf16", "fp16", "fp32", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2")
