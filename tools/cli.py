@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
-    p.add_argument("what", choices=["rollout", "attention", "kernels", "gpu-rollout"])
+    p.add_argument("what", choices=["rollout", "attention", "kernels", "gpu-rollout", "bias-fold"])
     p.add_argument("--out", required=True)
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
     p.add_argument("--model", default="demo", choices=["demo", "wan-shapes"], help="rollout model")

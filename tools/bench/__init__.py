@@ -26,6 +26,10 @@ def run_bench(args) -> int:
         from .attention import run_attention_bench
 
         run_attention_bench(out, seed=args.seed)
+    elif args.what == "bias-fold":
+        from .bias_fold import run_bias_fold_bench
+
+        run_bias_fold_bench(out, rounds=args.repeats or 5, seed=args.seed)
     elif args.what == "kernels":
         from .kernels import run_kernel_bench
 
