@@ -2,7 +2,8 @@
 
 Subcommands: ``info`` (what a checkpoint is), ``generate`` (a long latent video from a checkpoint),
 ``demo`` (the bundled model, FAST-AR against dense), ``bench`` (figures as JSON and plots), ``calibrate``
-(per-layer AnnSA recall), ``train-demo`` (re-train the bundled model).
+(per-layer AnnSA recall), ``train-demo`` (re-train the bundled model), ``gpu-check`` (on a GPU machine: backend
+correctness and the GPU benches within a deadline).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Listed here for --help; its options live with the trainer (see main).
     sub.add_parser("train-demo", help="train the bundled demo model (fastar train-demo --help)")
+    from .gpu_check import add_parser as add_gpu_check
+
+    add_gpu_check(sub)
     return parser
 
 
@@ -114,6 +118,10 @@ def main(argv=None) -> int:
             from .demo_command import run_demo
 
             return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
+        if args.command == "gpu-check":
+            from .gpu_check import run_from_args
+
+            return run_from_args(args)
         if args.command == "bench":
             from .bench import run_bench
 

@@ -17,11 +17,12 @@ from ...fastar_core.engine import build_sampler
 from ...fastar_core.errors import GenerationCancelled
 from ...fastar_core.runner import CausalRunner
 from ...fastar_core.sampler import RolloutConfig
-from .report import line_plots, machine, write_json
+from .report import line_plots, machine, resident_bytes, write_json
 from .scenarios import bench_modes, wan_shapes_scenario
 
 
-def _run(scenario, spec, fastar, frames, deadline, seed=0):
+def _run(scenario, spec, fastar, frames, deadline, seed=0, device="cuda"):
+    cuda = torch.device(device).type == "cuda"
     runner = CausalRunner(scenario.model)
     sampler = build_sampler(runner, fastar)
     cfg = RolloutConfig(num_frames=frames, latent_height=scenario.latent_hw[0], latent_width=scenario.latent_hw[1],
@@ -30,11 +31,13 @@ def _run(scenario, spec, fastar, frames, deadline, seed=0):
 
     def record(report):
         row = report.to_dict()
-        row["peak_bytes"] = torch.cuda.max_memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
+        row["peak_bytes"] = torch.cuda.max_memory_allocated() if cuda else resident_bytes()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
         rows.append(row)
 
-    torch.cuda.reset_peak_memory_stats()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     status = "done"
     try:
         sampler.generate(scenario.context, cfg, callback=record, cancel=lambda: time.monotonic() > deadline)
@@ -42,32 +45,38 @@ def _run(scenario, spec, fastar, frames, deadline, seed=0):
         status = "budget"
     except torch.cuda.OutOfMemoryError:
         status = "out of memory"
-    torch.cuda.empty_cache()
+    if cuda:
+        torch.cuda.empty_cache()
     return rows, status
 
 
-def run_gpu_rollout(out_dir, budget_s: float = 360.0, layers: int = 10, max_frames: int = 750, seed: int = 0):
-    if not torch.cuda.is_available():
+def run_gpu_rollout(out_dir, budget_s: float = 360.0, layers: int = 10, max_frames: int = 750, seed: int = 0,
+                    device="cuda", latent_hw=None):
+    """On CUDA as described above; `device="cpu"` (with a small `latent_hw`) runs the same plan as a dry run,
+    peak memory then being the process's resident size."""
+    cuda = torch.device(device).type == "cuda"
+    if cuda and not torch.cuda.is_available():
         raise SystemExit("bench gpu-rollout needs a CUDA device; none is visible here")
     out_dir = Path(out_dir)
     start = time.monotonic()
-    scenario = wan_shapes_scenario(seed, "cuda", layers=layers)
+    scenario = wan_shapes_scenario(seed, device, layers=layers, latent_hw=latent_hw)
     cfg = scenario.model.config
     tpf = scenario.notes["tokens_per_frame"]
+    resolution = f"{scenario.latent_hw[0] * 8}x{scenario.latent_hw[1] * 8}"
     per_frame = 2 * cfg.num_layers * tpf * cfg.dim * 2  # bf16 K and V of one latent frame, all layers
-    free, _ = torch.cuda.mem_get_info()
+    free = torch.cuda.mem_get_info()[0] if cuda else max_frames * per_frame / 0.85
     fits = int(0.85 * free // per_frame)
     dense_frames = max(3, min(max_frames, fits) // 3 * 3)
     modes = bench_modes()
     results = {}
     half = start + budget_s / 2
-    rows, status = _run(scenario, *modes["dense-global"], dense_frames, deadline=half, seed=seed)
+    rows, status = _run(scenario, *modes["dense-global"], dense_frames, deadline=half, seed=seed, device=device)
     results["dense-global"] = {"chunks": rows, "status": status, "frames_requested": dense_frames}
-    rows, status = _run(scenario, *modes["all"], max_frames, deadline=start + budget_s, seed=seed)
+    rows, status = _run(scenario, *modes["all"], max_frames, deadline=start + budget_s, seed=seed, device=device)
     results["all"] = {"chunks": rows, "status": status, "frames_requested": max_frames}
     report = {
         "benchmark": "gpu-rollout", "machine": machine(), "layers": layers, "tokens_per_frame": tpf,
-        "resolution": "480x832", "kv_bytes_per_latent_frame": per_frame,
+        "resolution": resolution, "kv_bytes_per_latent_frame": per_frame,
         "dense_frames_that_fit": fits, "budget_s": budget_s, "seconds_used": round(time.monotonic() - start, 1),
         "modes": results,
     }
@@ -84,7 +93,7 @@ def run_gpu_rollout(out_dir, budget_s: float = 360.0, layers: int = 10, max_fram
         {"title": "peak GPU memory", "xlabel": "latent frame", "ylabel": "GiB",
          "series": {n: ([r["frame_start"] for r in m["chunks"]], [r["peak_bytes"] / 2**30 for r in m["chunks"]])
                     for n, m in results.items()}},
-    ], title=f"Wan-1.3B shapes ({layers} layers), 480x832")
+    ], title=f"Wan-1.3B shapes ({layers} layers), {resolution}")
     for name, m in results.items():
         print(f"{name:14s} {m['status']:14s} {m['summary']['frames']:5d} frames, "
               f"last chunks {[f'{s:.3f}' for s in m['summary']['last_chunks_s']]} s, "

@@ -75,7 +75,19 @@ def run_kernel_bench(out_dir, *, time_budget_s: float = 270, device: str = "cuda
 
 
 def measure_all(out_dir, budget: Budget, device: torch.device) -> dict:
-    """The whole bench on any device (tests dry-run it on CPU with tiny shapes)."""
+    """The whole bench on any device (tests dry-run it on CPU with tiny shapes). First-use verification is off
+    while it runs: each row measures the backend it names, never a fallback."""
+    from ...kernels import set_verification, verification_enabled
+
+    was_on = verification_enabled()
+    set_verification(False)
+    try:
+        return _measure_all(out_dir, budget, device)
+    finally:
+        set_verification(was_on)
+
+
+def _measure_all(out_dir, budget: Budget, device: torch.device) -> dict:
     from ...kernels.dispatch import available_backends, backend_problem
 
     dense_names = available_backends(device, "attention", DTYPE)
