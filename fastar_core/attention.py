@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels import attention as kernel_attention
-from ..kernels import register_host_backend
+from ..kernels import register_host_backend, set_verification
 from .caches.base import CacheView
 from .rope import apply_rope, rope_cos_sin, rotate
 
@@ -68,14 +68,17 @@ class DenseAttention:
     reference models' scores exactly.
     """
 
-    def __init__(self, backend: str = "auto", rope_max_distance: int | None = None):
+    def __init__(self, backend: str = "auto", rope_max_distance: int | None = None, verify_kernels: bool = True):
         self.backend = backend
         self.rope_max_distance = rope_max_distance
+        self.verify_kernels = verify_kernels  # False: no first-use kernel checks from this rollout on
         self._current_tables: tuple = (None, None)  # (positions tensor, cos/sin) of the pass being run
         self._rotated_cache: dict = {}  # layer -> (key, rotated cache keys), CPU only
 
     def begin_rollout(self, num_layers: int) -> None:
         """Called once before a rollout; stateful variants reset here."""
+        if not self.verify_kernels:
+            set_verification(False)
         self._current_tables = (None, None)
         self._rotated_cache = {}
 

@@ -80,7 +80,8 @@ def attention_for(runner, fastar: FastARConfig, measure: bool = False, rope_max_
     g = runner.geometry
     if fastar.enabled or measure:
         return FastARAttention(fastar, g.num_heads, g.head_dim, measure=measure, rope_max_distance=rope_max_distance)
-    return DenseAttention(backend=fastar.backend, rope_max_distance=rope_max_distance)
+    return DenseAttention(backend=fastar.backend, rope_max_distance=rope_max_distance,
+                          verify_kernels=fastar.verify_kernels)
 
 
 def build_sampler(runner, fastar: FastARConfig, measure: bool = False,

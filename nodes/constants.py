@@ -27,7 +27,7 @@ SCHEDULE_PRESETS = {
 CACHE_POLICIES = CACHE_CHOICES
 SAMPLER_MODES = ("auto", *ENGINE_SAMPLER_MODES)
 FASTAR_PRESETS = PRESET_NAMES
-FASTAR_BACKENDS = BACKENDS
+FASTAR_BACKENDS = (*BACKENDS, "comfy")  # "comfy": ComfyUI's attention, registered by host.py inside ComfyUI
 SWITCH = ("preset", "on", "off")  # a FAST-AR component: as the preset says, or forced
 # AnnCA: the exact pad merge (what the presets use), the merge plus per-frame prompt pruning, or nothing.
 ANNCA_CHOICES = ("preset", "pad merge", "pad merge + prune", "off")

@@ -41,6 +41,12 @@ def get_host():
     return _standalone
 
 
+def register_inside_comfyui() -> None:
+    """At import: inside ComfyUI, backend "comfy" exists before any node validates a config naming it."""
+    if comfy_loaded():
+        register_comfy_attention()
+
+
 # ComfyUI's attention may be int8 SageAttention: its first-use check against torch allows this absolute error.
 COMFY_ATTENTION_TOLERANCE = 0.1
 
@@ -194,3 +200,6 @@ class ComfyHost:
         if prompt is not None:
             meta["prompt"] = prompt
         return {k: json.dumps(v) for k, v in meta.items()} or None
+
+
+register_inside_comfyui()

@@ -57,8 +57,10 @@ class FastARAttentionPatch:
             "dense_warmup": float_input(-1.0, -1.0, 1.0, "Share of denoising steps that stay dense before AnnSA "
                                                          "starts. -1 = preset."),
             "layers": string_input("all", "Blocks where AnnSA runs: 'all' or a comma-separated list such as 2,3,5."),
-            "backend": combo(FASTAR_BACKENDS, "Attention kernels: auto picks Triton/FlashInfer/flex on GPUs and plain "
-                                              "torch elsewhere (always works)."),
+            "backend": combo(FASTAR_BACKENDS, "Attention kernels: on GPUs auto uses ComfyUI's attention for plain "
+                                              "calls, the bias folded into SDPA and Triton for sparse ones, each "
+                                              "checked against torch at first use; plain torch elsewhere (always "
+                                              "works). 'comfy' = ComfyUI's attention (your --use-*-attention flag)."),
         }}
 
     RETURN_TYPES = ("MODEL",)

@@ -10,6 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from comfyui_fastar.fastar_core.errors import FastARError
+from comfyui_fastar.fastar_core.fastar.config import FastARConfig
 from comfyui_fastar.kernels import dispatch, registered_host_backends, unregister_host_backend, verify
 from comfyui_fastar.kernels import host_backends as host_module
 from comfyui_fastar.nodes import host
@@ -68,7 +70,10 @@ def test_inside_comfyui_the_host_registers_comfy_for_dense_cuda_calls(fake_comfy
     assert dispatch.backend_chain("attention", "auto", cuda, dtype=torch.bfloat16, head_dim=128,
                                   has_bias=True) == ("sdpa_fold", "torch")
     assert verify.tolerance("comfy", torch.bfloat16) == host.COMFY_ATTENTION_TOLERANCE
+    assert FastARConfig(backend="comfy").validate().backend == "comfy"  # the node's choice is valid here
     unregister_host_backend("comfy")
+    with pytest.raises(FastARError, match="backend = 'comfy' is invalid"):
+        FastARConfig(backend="comfy").validate()
 
 
 def test_outside_comfyui_nothing_is_registered(monkeypatch):

@@ -183,3 +183,18 @@ def test_input_errors_are_not_swallowed_by_the_fallback(monkeypatch):
     monkeypatch.setattr(attention_triton, "attention_triton", refuses)
     with pytest.raises(KernelInputError, match="contiguous"):
         attention(q, q, q, backend="triton")
+
+
+def test_the_fastar_setting_turns_the_check_off_for_the_process(model, monkeypatch):
+    from comfyui_fastar.tools.args import settings_from_arguments
+    from comfyui_fastar.tools.cli import build_parser
+
+    args = build_parser().parse_args(["generate", "--checkpoint", "x.safetensors", "--frames", "3", "--out", "o",
+                                      "--no-verify-kernels"])
+    config = settings_from_arguments(args).fastar
+    assert config.verify_kernels is False and FastARConfig().verify_kernels is True
+    monkeypatch.setattr(attention_triton, "attention_triton", raising)
+    seam = FastARAttention(config.with_overrides(backend="triton"), HEAD64.num_heads, 64)
+    with pytest.raises(RuntimeError, match="PTX compile failed"):
+        rollout(model, seam)  # no check, no fallback: the kernel's own error
+    assert not verify.verification_enabled()

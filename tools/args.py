@@ -37,6 +37,8 @@ def add_fastar_arguments(p) -> None:
     g.add_argument("--calibration", help="calibration JSON for --layers auto")
     g.add_argument("--annsa-min-keys", type=int, help="AnnSA runs only where a head has this many bucketed keys")
     g.add_argument("--backend", choices=list(BACKENDS), help="attention backend")
+    g.add_argument("--no-verify-kernels", dest="verify_kernels", action="store_false", default=None,
+                   help="skip the first-use check of accelerated kernels against torch (benchmarks)")
     g.add_argument("--measure", action="store_true", help="report attention density and recall per chunk")
 
 
@@ -48,5 +50,6 @@ def settings_from_arguments(args, num_layers: int | None = None) -> EngineSettin
         attention_overrides={"annsa": args.annsa, "annca": args.annca, "annca_prune": args.annca_prune,
                              "bits": args.bits, "tables": args.tables, "dense_warmup": args.warmup,
                              "layers": parse_layers(args.layers), "calibration": args.calibration,
-                             "backend": args.backend, "annsa_min_keys": args.annsa_min_keys},
+                             "backend": args.backend, "annsa_min_keys": args.annsa_min_keys,
+                             "verify_kernels": args.verify_kernels},
     )

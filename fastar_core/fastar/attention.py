@@ -33,7 +33,8 @@ MEASURED_QUERIES = 64  # queries sampled per attention call when measuring recal
 class FastARAttention(DenseAttention):
     def __init__(self, config: FastARConfig, num_heads: int, head_dim: int, measure: bool = False,
                  rope_max_distance: int | None = None):
-        super().__init__(backend=config.backend, rope_max_distance=rope_max_distance)
+        super().__init__(backend=config.backend, rope_max_distance=rope_max_distance,
+                         verify_kernels=config.verify_kernels)
         self.config = config
         self.num_heads, self.head_dim = num_heads, head_dim
         self.measure = measure
@@ -45,6 +46,7 @@ class FastARAttention(DenseAttention):
         self._reset_tally()
 
     def begin_rollout(self, num_layers: int) -> None:
+        super().begin_rollout(num_layers)
         c = self.config.validate(num_layers=num_layers)
         self.sparse_layers = c.sparse_layers(num_layers) if c.annsa else set()
         self._sa_hash.clear()

@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from ...kernels import registered_host_backends
 from ...kernels.dispatch import BACKENDS as KERNEL_BACKENDS
 from ..caches.spec import TempCacheSettings
 from ..errors import FastARError
@@ -41,6 +42,9 @@ class FastARConfig:
     block_size: int = 64  # query/key block of the sparse layout
     seed: int = 0  # hash projections come from their own generator seeded here
     backend: str = "auto"
+    # Check each accelerated kernel against torch the first time it runs a kind of call, falling back on failure
+    # (kernels/verify.py). False turns the check off for the rest of the process, as benchmarks want.
+    verify_kernels: bool = True
 
     @property
     def enabled(self) -> bool:
@@ -51,7 +55,7 @@ class FastARConfig:
         def bad(field, value, valid):
             raise FastARError(f"FAST-AR {field} = {value!r} is invalid; valid: {valid}")
 
-        for field, allowed in (("ann", ANN_METHODS), ("backend", BACKENDS)):
+        for field, allowed in (("ann", ANN_METHODS), ("backend", BACKENDS + tuple(registered_host_backends()))):
             if getattr(self, field) not in allowed:
                 bad(field, getattr(self, field), ", ".join(allowed))
         if not (1 <= self.bits <= 16):
