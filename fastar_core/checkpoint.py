@@ -230,7 +230,7 @@ def check_layout(path: Path, declared: dict, metadata: dict, config: WanConfig |
             "a text-to-video (T2V) model is expected",
         )
 
-    dtypes = Counter()
+    dtypes: Counter = Counter()
     for old in keys.values():
         shape, dt = declared[old]
         if not dt.is_floating_point:
