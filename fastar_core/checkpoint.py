@@ -301,7 +301,8 @@ def resolve_dtype(path: Path, dtypes: Counter, dtype) -> tuple[torch.dtype, torc
         return target, main
     if main not in RUNNABLE:
         raise CheckpointError(path, f"the weights are {dtype_name(main)}, which the engine does not compute in; "
-                                    "load them cast to bf16, fp16 or fp32 (--dtype / dtype=)")
+                                    "load them cast to bf16, fp16 or fp32 (fastar --dtype, the loader node's "
+                                    "weight_dtype, or dtype=)")
     return main, main
 
 
