@@ -1,9 +1,31 @@
-"""Wan2.1 DiT hyper-parameters, given explicitly or inferred from a state dict's shapes."""
+"""Wan2.1 DiT hyper-parameters, given explicitly or inferred from a state dict's shapes.
+
+Every config is checked for type and range when it is made, so one read from a file's metadata cannot build a
+broken or absurdly large model before its tensors are compared with it.
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+
+# Generous bounds (Wan2.1-14B: dim 5120, 40 layers, ffn 13824).
+LIMITS = {
+    "dim": (2, 65536),
+    "num_heads": (1, 1024),
+    "num_layers": (1, 1024),
+    "ffn_dim": (1, 262144),
+    "in_dim": (1, 4096),
+    "out_dim": (1, 4096),
+    "text_dim": (1, 65536),
+    "freq_dim": (2, 65536),
+    "text_len": (1, 1 << 20),
+}
+MAX_PATCH = 64
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -21,10 +43,29 @@ class WanConfig:
     eps: float = 1e-6
 
     def __post_init__(self):
-        if self.dim % self.num_heads:
+        for name, (lo, hi) in LIMITS.items():
+            value = getattr(self, name)
+            if not _is_int(value):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+            if not lo <= value <= hi:
+                raise ValueError(f"{name} {value} is out of range; valid: {lo}..{hi}")
+        patch = self.patch_size
+        if isinstance(patch, list):
+            patch = tuple(patch)
+            object.__setattr__(self, "patch_size", patch)
+        if not (isinstance(patch, tuple) and len(patch) == 3 and all(_is_int(p) and 1 <= p <= MAX_PATCH
+                                                                      for p in patch)):
+            raise ValueError(f"patch_size must be 3 integers (t, h, w) in 1..{MAX_PATCH}, got {patch!r}")
+        eps = self.eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+            raise ValueError(f"eps must be a number in (0, 1), got {eps!r}")
+        if self.num_heads > self.dim or self.dim % self.num_heads:
             raise ValueError(f"dim {self.dim} is not divisible by num_heads {self.num_heads}")
         if self.head_dim % 2:
-            raise ValueError(f"head_dim {self.head_dim} must be even (RoPE rotates pairs)")
+            raise ValueError(f"head_dim {self.head_dim} (dim {self.dim} / {self.num_heads} heads) must be even "
+                             "(RoPE rotates pairs)")
+        if self.freq_dim % 2:
+            raise ValueError(f"freq_dim {self.freq_dim} must be even (cosine and sine halves)")
 
     @property
     def head_dim(self) -> int:
@@ -45,8 +86,12 @@ class WanConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> WanConfig:
+        """A config from a plain dict (e.g. a checkpoint's metadata); unknown keys are ignored, a bad value raises
+        ValueError naming its field."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a config must be a JSON object, got {type(d).__name__}")
         d = dict(d)
-        if "patch_size" in d:
+        if isinstance(d.get("patch_size"), list):
             d["patch_size"] = tuple(d["patch_size"])
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
@@ -58,6 +103,21 @@ KNOWN_SIZES = {
 
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
 
+# The tensors the config is read from, with the rank each must have.
+_CONFIG_TENSORS = {
+    "head.modulation": 3,
+    "patch_embedding.weight": 5,
+    "head.head.weight": 2,
+    "blocks.0.ffn.0.weight": 2,
+    "text_embedding.0.weight": 2,
+    "time_embedding.0.weight": 2,
+}
+
+
+def block_indices(keys) -> list:
+    """The distinct layer indices of ``blocks.<i>.`` keys, sorted."""
+    return sorted({int(m.group(1)) for k in keys if (m := _BLOCK_KEY.match(k))})
+
 
 def infer_config(
     shapes: dict, head_dim: int | None = None, num_heads: int | None = None, eps: float = 1e-6
@@ -65,24 +125,40 @@ def infer_config(
     """Infer the config from ``{key: shape}`` of a Wan state dict (prefixes already stripped).
 
     Head count is not in the shapes. Published Wan models use head_dim 128; small models can say otherwise
-    through ``head_dim``/``num_heads`` (or the checkpoint's metadata, read by the loader).
+    through ``head_dim``/``num_heads`` (or the checkpoint's metadata, read by the loader). Raises ValueError
+    (or KeyError for a missing tensor) naming what does not fit.
     """
+    for key, rank in _CONFIG_TENSORS.items():
+        shape = tuple(shapes[key])
+        if len(shape) != rank or any(s < 1 for s in shape):
+            raise ValueError(f"{key} has shape {list(shape)}; expected {rank} non-zero dimensions")
     dim = shapes["head.modulation"][-1]
     patch = shapes["patch_embedding.weight"]
-    layers = 1 + max(int(m.group(1)) for k in shapes if (m := _BLOCK_KEY.match(k)))
+    indices = block_indices(shapes)
+    if indices != list(range(len(indices))):
+        raise ValueError(f"layer indices are not 0..{len(indices) - 1}: {_sample(indices)}")
+    layers = len(indices)
     if num_heads is None:
         num_heads = dim // (head_dim or (128 if dim % 128 == 0 else dim))
     patch_size = tuple(int(s) for s in patch[2:])
-    out_dim = shapes["head.head.weight"][0] // (patch_size[0] * patch_size[1] * patch_size[2])
+    volume = patch_size[0] * patch_size[1] * patch_size[2]
+    head_out = shapes["head.head.weight"][0]
+    if head_out % volume:
+        raise ValueError(f"head.head.weight has {head_out} outputs, not a multiple of the patch volume {volume}")
     return WanConfig(
         dim=dim,
         num_heads=num_heads,
         num_layers=layers,
         ffn_dim=shapes["blocks.0.ffn.0.weight"][0],
         in_dim=patch[1],
-        out_dim=out_dim,
+        out_dim=head_out // volume,
         text_dim=shapes["text_embedding.0.weight"][1],
         freq_dim=shapes["time_embedding.0.weight"][1],
         patch_size=patch_size,
         eps=eps,
     )
+
+
+def _sample(indices: list) -> str:
+    shown = ", ".join(str(i) for i in indices[:6])
+    return shown + (f", ... {indices[-1]}" if len(indices) > 6 else "")

@@ -7,6 +7,7 @@ alike by calling their submodules, so a state dict loads with a plain ``load_sta
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .wan_config import WanConfig
@@ -26,7 +27,11 @@ class WanRMSNorm(nn.Module):
 
 class WanLayerNorm(nn.LayerNorm):
     def forward(self, x):
-        return super().forward(x.float()).to(x.dtype)
+        # fp32 statistics as in the original Wan code. The affine weights go up to fp32 with the input: CPU
+        # layer_norm refuses a bf16/fp16 weight beside an fp32 input ("mixed dtype (CPU)"), CUDA would not.
+        weight = self.weight.float() if self.weight is not None else None
+        bias = self.bias.float() if self.bias is not None else None
+        return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps).to(x.dtype)
 
 
 class WanAttention(nn.Module):

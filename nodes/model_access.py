@@ -84,6 +84,10 @@ def check_wan_t2v(dm) -> None:
     if missing:
         raise FastARError(f"the MODEL is not a Wan2.1 diffusion model ({type(dm).__name__} has no "
                           f"{', '.join(missing)}); load a Wan2.1 T2V model of the Self-Forcing family")
+    weight = getattr(dm.patch_embedding, "weight", None)
+    if len(dm.blocks) == 0 or weight is None or weight.ndim != 5:
+        raise FastARError(f"the MODEL is not a Wan2.1 diffusion model ({type(dm).__name__} has no layers or no 3-D "
+                          "patch embedding); load a Wan2.1 T2V model of the Self-Forcing family")
     if getattr(dm, "img_emb", None) is not None or hasattr(dm.blocks[0].cross_attn, "k_img"):
         raise FastARError("the MODEL is a Wan2.1 image-to-video (I2V) model; the AR models are text-to-video. "
                           "For a start image use the 'AR Image to Video' node with the T2V model")
@@ -111,11 +115,17 @@ def fastar_choice_of(patcher) -> FastARChoice:
     return FastARChoice.from_dict(stored)
 
 
-def resolve_model(patcher, device=None) -> ARModel:
+def check_model_input(patcher) -> None:
+    """The MODEL input is a Wan2.1 T2V model: checked before it is loaded to the device, so a wrong model costs
+    no transfer (and no out-of-memory) before its message."""
     if patcher is None or not hasattr(patcher, "model"):
         raise FastARError("the 'model' input is not a MODEL")
+    check_wan_t2v(diffusion_model_of(patcher))
+
+
+def resolve_model(patcher, device=None) -> ARModel:
+    check_model_input(patcher)
     dm = diffusion_model_of(patcher)
-    check_wan_t2v(dm)
     load_device = getattr(patcher, "load_device", None)
     return ARModel(
         patcher=patcher,

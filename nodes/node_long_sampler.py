@@ -16,7 +16,7 @@ from .constants import (
 )
 from .host import get_host
 from .inputs import combo, float_input, int_input, link, seed_input
-from .model_access import resolve_model
+from .model_access import check_model_input, resolve_model
 from .prompting import as_schedule
 from .rollout import RolloutSettings, run_rollout
 
@@ -90,6 +90,7 @@ class LongVideoSampler:
         if sigmas is None and schedule not in SCHEDULE_PRESETS:
             raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
         prompts = as_schedule(positive)
+        check_model_input(model)
         host.load_model(model)
         ar_model = resolve_model(model)
         settings = RolloutSettings(

@@ -15,6 +15,7 @@ from comfyui_fastar.fastar_core.checkpoint import (
 )
 from comfyui_fastar.fastar_core.errors import CheckpointError
 from comfyui_fastar.fastar_core.wan_config import KNOWN_SIZES, WanConfig, infer_config
+from comfyui_fastar.fastar_core.wan_model import WanModel
 
 from helpers import TINY, tiny_model
 
@@ -174,3 +175,13 @@ def test_metadata_is_json_decoded(tmp_path):
     ckpt = load_checkpoint(path)
     assert ckpt.metadata["note"] == "plain"
     assert ckpt.metadata["fastar_config"]["dim"] == CFG.dim
+
+
+@pytest.mark.parametrize("cfg", [TINY, KNOWN_SIZES["Wan2.1-1.3B"],
+                                 WanConfig(dim=32, num_heads=2, num_layers=1, ffn_dim=48, in_dim=4, out_dim=8,
+                                           text_dim=16, freq_dim=16, patch_size=(1, 1, 2))])
+def test_expected_shapes_match_the_module_tree(cfg):
+    """The loader's written-out layout is the engine's WanModel, key for key and shape for shape."""
+    with torch.device("meta"):
+        model = WanModel(cfg)
+    assert expected_shapes(cfg) == {k: tuple(v.shape) for k, v in model.state_dict().items()}

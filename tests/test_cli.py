@@ -74,3 +74,21 @@ def test_generate_rejects_bad_sizes(ckpt, tmp_path, capsys):
             "--out", str(tmp_path / "x"), "--device", "cpu"]
     assert main(args) == 2
     assert "--height 60 is not a multiple of 16" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_checkpoint_generates_on_cpu(tmp_path, dtype, one_thread):
+    """Released checkpoints are bf16: they run on a CPU with their weights kept in half precision, and the
+    video follows the fp32 run of the same weights."""
+    outs = {}
+    for name, dt in (("half", dtype), ("fp32", torch.float32)):
+        path = tmp_path / f"{name}.safetensors"
+        save_checkpoint(tiny_model(), path, dtype=dt)
+        out = tmp_path / f"run-{name}"
+        args = ["generate", "--checkpoint", str(path), "--frames", "6", "--height", "32", "--width", "32",
+                "--out", str(out), "--device", "cpu"]
+        assert main(args) == 0
+        outs[name] = load_file(str(out / "latent.safetensors"))["latent"]
+    assert torch.isfinite(outs["half"]).all()
+    err = (outs["half"] - outs["fp32"]).pow(2).mean() / outs["fp32"].pow(2).mean()
+    assert err < 1e-2, err

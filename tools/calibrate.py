@@ -7,12 +7,12 @@ is what ``FastARConfig(layers="auto", calibration=FILE)`` reads.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..fastar_core.engine import EngineSettings, build_sampler, resolve_settings
 from ..fastar_core.runner import CausalRunner
 from ..fastar_core.sampler import RolloutConfig
+from .outputs import strict_json
 
 
 def calibrate_layers(model, context, latent_hw, channels, frames=24, schedule="self-forcing", initial_latents=None,
@@ -55,7 +55,7 @@ def run_calibrate(args) -> int:
                                   min_recall=args.min_recall, rope_max_distance=s.rope_max_distance)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    out.write_text(strict_json(result))
     print(f"recall per layer: {result['recall_per_layer']}")
     print(f"sparse layers: {result['layers']} -> {out}")
     return 0

@@ -38,8 +38,16 @@ def _add_generate(sub):
     add_fastar_arguments(p)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes end as one line ``fastar: error: ...`` with exit code 2, like every other bad input."""
+
+    def error(self, message):
+        hint = f" (see {self.prog} --help)"
+        self.exit(2, f"fastar: error: {message}{hint}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fastar", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="fastar", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="describe a Wan2.1 checkpoint")
     p.add_argument("checkpoint")
@@ -80,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_info(args) -> int:
     from ..fastar_core.checkpoint import load_checkpoint
 
-    ckpt = load_checkpoint(args.checkpoint)
+    ckpt = load_checkpoint(args.checkpoint, check_finite=True)
     summary = ckpt.summary()
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -92,12 +100,17 @@ def cmd_info(args) -> int:
           f"{cfg['num_layers']} layers, "
           f"ffn {cfg['ffn_dim']}, in/out {cfg['in_dim']}/{cfg['out_dim']} ch, text {cfg['text_dim']}, "
           f"patch {tuple(cfg['patch_size'])}")
-    print(f"dtype       {summary['dtype']}")
+    print(f"dtype       {summary['dtype']}" + (f" (the file mixes {_dtype_counts(summary['file_dtypes'])}; "
+                                                   f"loaded as {summary['dtype']})" if ckpt.mixed_dtypes else ""))
     print(f"parameters  {summary['parameters']:,}")
     print(f"weights     from '{summary['container']}', prefix stripped: {summary['prefix_stripped']}")
     if summary["causal_ar_marker"] is not None:
         print(f"metadata    causal_ar = {summary['causal_ar_marker']}")
     return 0
+
+
+def _dtype_counts(counts: dict) -> str:
+    return ", ".join(f"{name} x{n}" for name, n in counts.items())
 
 
 def main(argv=None) -> int:
@@ -107,6 +120,7 @@ def main(argv=None) -> int:
 
         return train_main(argv[1:])
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         if args.command == "info":
             return cmd_info(args)
@@ -131,6 +145,16 @@ def main(argv=None) -> int:
 
             return run_calibrate(args)
     except FastARError as e:
-        print(f"fastar: error: {e}", file=sys.stderr)
+        print(f"fastar: error: {_one_line(str(e))}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the machine refused: a full disk, a permission, a vanished file
+        print(f"fastar: error: {_one_line(str(e))}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("fastar: error: out of memory; use fewer --frames, a smaller size or a bounded cache", file=sys.stderr)
         return 2
     return 1
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,36 +1,26 @@
-"""``fastar generate``: a long latent video from a checkpoint, with per-chunk figures in stats.json."""
+"""``fastar generate``: a long latent video from a checkpoint, with per-chunk figures in stats.json.
+
+Order: every option is checked first (``checks.py``), then the checkpoint is read and checked, then the rollout's
+memory is checked against the device, and only after the rollout succeeds is the output folder created, its two
+files written as one unit (``outputs.py``). stats.json records the seed, every option and the command line,
+enough to rerun the same video.
+"""
 
 from __future__ import annotations
 
-import json
+import sys
 import time
+import uuid
 from pathlib import Path
 
 import torch
 
-from ..fastar_core.checkpoint import load_wan_model
-from ..fastar_core.errors import FastARError
+from ..fastar_core.caches.spec import CacheSpec
+from ..fastar_core.checkpoint import build_model, load_checkpoint
 from ..fastar_core.runner import CausalRunner
 from ..fastar_core.sampler import RolloutConfig
-from ..fastar_core.video_geometry import check_pixel_size
-
-
-def load_conditioning(path, text_dim: int) -> torch.Tensor:
-    """A conditioning tensor ``[1, L, text_dim]`` from a safetensors file (key ``context`` or its only tensor)."""
-    from safetensors.torch import load_file
-
-    tensors = load_file(str(path))
-    if "context" in tensors:
-        ctx = tensors["context"]
-    elif len(tensors) == 1:
-        ctx = next(iter(tensors.values()))
-    else:
-        raise FastARError(f"{path}: holds {sorted(tensors)}; expected one tensor or one named 'context'")
-    if ctx.ndim == 2:
-        ctx = ctx[None]
-    if ctx.ndim != 3 or ctx.shape[-1] != text_dim:
-        raise FastARError(f"{path}: conditioning has shape {list(ctx.shape)}; expected [1, tokens, {text_dim}]")
-    return ctx.float()
+from . import checks
+from .outputs import LATENT_FILE, STATS_FILE, write_run
 
 
 def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int = 24) -> torch.Tensor:
@@ -42,31 +32,44 @@ def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int =
 
 
 def pick_device(name: str | None) -> torch.device:
-    if name:
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return checks.parse_device(name)
+
+
+def cache_frames(spec: CacheSpec, total_frames: int) -> int:
+    """Frames' worth of keys and values the cache allocates."""
+    if spec.policy == "tempcache":
+        return spec.tempcache.capacity_frames
+    if spec.policy == "window":
+        return spec.sink_frames + spec.window_frames
+    if spec.policy == "rolling":
+        return spec.rolling_capacity
+    return total_frames
 
 
 def run_generate(args) -> int:
     from ..fastar_core.engine import build_sampler
     from .args import settings_from_arguments
 
-    device = pick_device(args.device)
-    model, ckpt = load_wan_model(args.checkpoint, dtype=args.dtype, device=device, lora=args.lora)
+    inputs = checks.check_generate(args)
+    device = inputs.device
+    ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora)
     cfg = ckpt.config
-    latent_h, latent_w = check_pixel_size("--height", args.height), check_pixel_size("--width", args.width)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if args.cond:
-        ctx, cond_note = load_conditioning(args.cond, cfg.text_dim), f"from {args.cond}"
+    checks.check_against_model(args, inputs, cfg)
+    settings = settings_from_arguments(args, num_layers=cfg.num_layers)
+    spec, fastar = settings.cache, settings.fastar
+    rollout = RolloutConfig(num_frames=args.frames, latent_height=args.height // 8, latent_width=args.width // 8,
+                            frames_per_block=args.frames_per_block, schedule=args.schedule, seed=args.seed,
+                            cache=spec, mode=args.mode, channels=cfg.in_dim)
+    rollout.validate()
+    checks.check_rollout_memory(args, cfg, device, cache_frames(spec, args.frames), ckpt.dtype)
+    if ckpt.mixed_dtypes:
+        print(f"note: the file mixes dtypes {ckpt.file_dtypes}; all weights run as {ckpt.summary()['dtype']}")
+    model = build_model(ckpt, device=device)
+    if inputs.context is not None:
+        ctx, cond_note = inputs.context, f"from {args.cond}"
     else:
         ctx, cond_note = random_conditioning(cfg.text_dim, args.seed), "seeded random stand-in (no --cond given)"
         print(f"no --cond given: using a {cond_note}")
-    settings = settings_from_arguments(args, num_layers=cfg.num_layers)
-    spec, fastar = settings.cache, settings.fastar
-    rollout = RolloutConfig(num_frames=args.frames, latent_height=latent_h, latent_width=latent_w,
-                            frames_per_block=args.frames_per_block, schedule=args.schedule, seed=args.seed,
-                            cache=spec, mode=args.mode, channels=cfg.in_dim)
     runner = CausalRunner(model)
     sampler = build_sampler(runner, fastar, measure=args.measure)
 
@@ -76,12 +79,14 @@ def run_generate(args) -> int:
 
     start = time.perf_counter()
     result = sampler.generate(ctx, rollout, callback=progress)
-    from safetensors.torch import save_file
-
-    save_file({"latent": result.latent.cpu().contiguous()}, str(out / "latent.safetensors"))
+    options = {k: v for k, v in vars(args).items() if k not in ("argv", "command")}
     stats = {
+        "command": ["fastar", *getattr(args, "argv", sys.argv[1:])],
+        "seed": args.seed,
+        "options": options,
         "checkpoint": str(args.checkpoint),
         "family": cfg.family,
+        "model_dtype": str(model.dtype).replace("torch.", ""),
         "device": str(device),
         "frames": args.frames,
         "latent_shape": list(result.latent.shape),
@@ -93,6 +98,7 @@ def run_generate(args) -> int:
         "chunks": [c.to_dict() for c in result.chunks],
         "cache_stats": result.cache_stats,
     }
-    (out / "stats.json").write_text(json.dumps(stats, indent=2))
-    print(f"wrote {out / 'latent.safetensors'} and {out / 'stats.json'}")
+    out = Path(args.out)
+    write_run(out, result.latent, stats, run_id=uuid.uuid4().hex)
+    print(f"wrote {out / LATENT_FILE} and {out / STATS_FILE}")
     return 0

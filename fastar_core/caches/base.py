@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import FastARError
+from ..memory import check_fits as fits
 
 
 @dataclass
@@ -49,14 +49,9 @@ def element_size(dtype) -> int:
 
 
 def check_fits(device: torch.device, nbytes: int, what: str) -> None:
-    """Refuse, before allocating, a cache that cannot fit in the GPU's free memory (one clear message
-    instead of an out-of-memory error halfway through a rollout)."""
-    if device.type != "cuda":
-        return
-    free, _ = torch.cuda.mem_get_info(device)
-    if nbytes > free:
-        raise FastARError(f"{what} needs {nbytes / 2**30:.1f} GiB but {device} has {free / 2**30:.1f} GiB free; "
-                          "use the window or rolling cache, or FAST-AR's tempcache, whose memory is bounded")
+    """Refuse, before allocating, a cache that cannot fit in the device's free memory (GPU, or the host's RAM for
+    a CPU cache): one clear message instead of an out-of-memory error halfway through a rollout."""
+    fits(nbytes, device, what, "use the window or rolling cache, or FAST-AR's tempcache, whose memory is bounded")
 
 
 class KVCache(ABC):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
 
 import torch
+
+from ..outputs import strict_json
 
 
 def machine() -> dict:
@@ -20,7 +21,7 @@ def machine() -> dict:
 
 def write_json(path: Path, data: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2))
+    path.write_text(strict_json(data))
     return path
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..outputs import strict_json
 from .evaluate import Thresholds
 from .quality_bar import BAR_CACHES, BAR_FRAMES, BAR_SEEDS, run_bar
 from .settings import WEIGHTS_FILE
@@ -269,6 +270,6 @@ def write_report(out_dir, seeds=BAR_SEEDS, caches=tuple(BAR_CACHES), num_frames:
                 "summary": c.report["summary"], "seconds": round(c.seconds, 1),
                 "background_psnr_db": [round(v, 2) for v in c.report["curves"]["background_psnr_db"]]}
                for c in cases]
-    (out_dir / "eval.json").write_text(json.dumps(results, indent=1))
+    (out_dir / "eval.json").write_text(strict_json(results, indent=1))
     write_model_card(out_dir, demo.metadata, cases, losses, notes)
     return {"passed": sum(r["passed"] for r in results), "cases": len(results)}

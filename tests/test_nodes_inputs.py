@@ -1,0 +1,51 @@
+"""The nodes refuse bad inputs with the engine's own checks: the loader node through the same checkpoint
+validation as the command line, and the Long Video Sampler checks its MODEL before loading it to the device."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from comfyui_fastar.fastar_core.errors import CheckpointError, FastARError
+from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
+from comfyui_fastar.nodes import host as host_module
+from comfyui_fastar.nodes.standalone import StandaloneHost
+
+from helpers import tiny_model
+
+
+@pytest.fixture()
+def host(monkeypatch, tmp_path):
+    monkeypatch.setenv("FASTAR_HOST", "standalone")
+    fresh = StandaloneHost()
+    fresh.output_dir = tmp_path / "output"
+    monkeypatch.setattr(host_module, "_standalone", fresh)
+    fresh.register_folder("diffusion_models", tmp_path)
+    return fresh
+
+
+def test_loader_node_refuses_a_stray_layer_at_once(host, tmp_path):
+    sd = {k: v.clone() for k, v in tiny_model().state_dict().items()}
+    sd["blocks.10000.ffn.0.weight"] = sd["blocks.0.ffn.0.weight"].clone()
+    save_file(sd, str(tmp_path / "stray.safetensors"))
+    (tmp_path / "notes.pt").write_text("not a model\n")
+    loader = NODES["FastAR_LoadARVideoModel"]()
+    for name, phrase in (("stray.safetensors", "layer indices are not 0..2"), ("notes.pt", "is a text file")):
+        with pytest.raises(CheckpointError) as err:
+            loader.load(name, "default", "none", 5.0)
+        assert name in str(err.value) and phrase in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("tree", [torch.nn.Linear(2, 2), SimpleNamespace(
+    patch_embedding=torch.nn.Linear(2, 2), text_embedding=None, time_embedding=None, time_projection=None,
+    blocks=[], head=None)])
+def test_sampler_checks_the_model_before_loading_it(host, monkeypatch, tree):
+    loads = []
+    monkeypatch.setattr(host, "load_model", lambda patcher: loads.append(patcher))
+    not_wan = SimpleNamespace(model=SimpleNamespace(diffusion_model=tree))
+    positive = [[torch.zeros(1, 4, 32), {}]]
+    with pytest.raises(FastARError) as err:
+        NODES["FastAR_LongVideoSampler"]().sample(not_wan, positive, width=32, height=32, length=5)
+    assert "not a Wan2.1 diffusion model" in str(err.value)
+    assert loads == [], "the MODEL was loaded to the device before it was checked"

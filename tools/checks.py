@@ -1,0 +1,258 @@
+"""``fastar generate``'s options checked before anything is loaded, allocated or written.
+
+Each check raises ``FastARError`` with a message that names the option and says what would be valid, or, for
+options that contradict each other, which one to drop. The checks that need the model (conditioning width,
+layer indices, the rollout's memory) run right after it is read, still before any output exists.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..fastar_core.errors import FastARError
+from ..fastar_core.memory import check_fits, format_bytes
+from ..fastar_core.video_geometry import PIXEL_STEP, check_pixel_size
+
+MAX_SIDE = 2048  # pixels per side; Wan2.1 is trained at 832x480 (1.3B) and 1280x720 (14B)
+MAX_TOKENS_PER_CHUNK = 1 << 17  # beyond this one chunk's dense attention runs for hours on a CPU
+MAX_FRAMES_PER_BLOCK = 64
+MAX_SEED = 2**63 - 1
+TEMPCACHE_OPTIONS = ("threshold", "capacity")
+ANNSA_OPTIONS = ("warmup", "layers", "calibration", "annsa_min_keys")
+ANN_OPTIONS = ("bits", "tables")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def parse_device(name: str | None) -> torch.device:
+    """--device as a torch device that exists on this machine (default: cuda when available)."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise FastARError(f"--device {name!r} is not a device; use cpu or cuda (cuda:N for one GPU)") from None
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise FastARError(f"--device {name}: {device.type} is not supported; use cpu or cuda")
+    if not torch.cuda.is_available():
+        raise FastARError(f"--device {name}: CUDA is not available here (no GPU, or torch {torch.__version__} "
+                          "built without CUDA); use --device cpu")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise FastARError(f"--device {name}: this machine has {count} CUDA device(s), cuda:0 .. cuda:{count - 1}")
+    return device
+
+
+def check_out(out: Path) -> None:
+    """--out must be a folder (or not exist yet) whose nearest existing ancestor is a writable folder."""
+    if out.exists() and not out.is_dir():
+        raise FastARError(f"--out {out} is an existing file; name a folder (it is created if needed)")
+    probe = out
+    while not probe.exists():
+        if probe.is_symlink():
+            raise FastARError(f"--out {out}: {probe} is a broken symbolic link")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise FastARError(f"--out {out}: {probe} is a file, not a folder")
+    # A real write (a folder made and removed) finds a read-only file system, which os.access misses for root.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".fastar-probe-", dir=probe))
+    except OSError as e:
+        raise FastARError(f"--out {out} is not writable ({probe}: {e.strerror or e})") from None
+
+
+def _explicit(args, names) -> list:
+    return [n for n in names if getattr(args, n, None) is not None]
+
+
+def uses_tempcache(args) -> bool:
+    """Whether this command line's rollout has a TempCache (the engine refuses the contradictory cases)."""
+    from ..fastar_core.fastar.config import get_preset
+
+    wants = get_preset(args.fastar).tempcache is not None if args.tempcache is None else args.tempcache
+    return args.cache == "tempcache" or (args.cache == "auto" and wants)
+
+
+def check_contradictions(args) -> None:
+    """Options that do nothing under the others are refused, saying which to drop. (Cache policy against
+    TempCache is the engine's ``resolve_settings`` to refuse, as for the nodes.)"""
+    from ..fastar_core.fastar.config import get_preset
+
+    attention = get_preset(args.fastar).attention
+    annsa = attention.annsa if args.annsa is None else args.annsa
+    annca = attention.annca if args.annca is None else args.annca
+    if args.annca_prune and args.annca is False:
+        raise FastARError("--annca-prune prunes AnnCA's prompt tokens, which --no-annca turns off; drop one of them")
+    if not uses_tempcache(args):
+        for name in _explicit(args, TEMPCACHE_OPTIONS):
+            raise FastARError(f"{_flag(name)} is a TempCache setting, but this run has no TempCache (--fastar "
+                              f"{args.fastar}, --cache {args.cache}); drop it, or use a preset with TempCache "
+                              "(--fastar quality, balanced, fast) or --tempcache")
+    for name in _explicit(args, ANNSA_OPTIONS):
+        if not annsa:
+            raise FastARError(f"{_flag(name)} is an AnnSA setting, but AnnSA is off (--fastar {args.fastar}"
+                              f"{', --no-annsa' if args.annsa is False else ''}); drop it or add --annsa")
+    for name in _explicit(args, ANN_OPTIONS):
+        if not (annsa or annca or args.annca_prune):
+            raise FastARError(f"{_flag(name)} sets the hashing of AnnSA/AnnCA, which are off (--fastar "
+                              f"{args.fastar}); drop it or add --annsa / --annca")
+    if args.calibration is not None and args.layers != "auto":
+        raise FastARError("--calibration is read only with --layers auto; add --layers auto or drop --calibration")
+    policy = "tempcache" if uses_tempcache(args) else ("global" if args.cache == "auto" else args.cache)
+    if args.window is not None and policy != "window":
+        raise FastARError(f"--window sizes the window cache, but this run's cache is {policy}; add --cache window "
+                          "or drop --window")
+    if args.sink is not None and policy == "global":
+        raise FastARError("--sink sets the frames the window, rolling and TempCache caches keep for good; the "
+                          "global cache keeps every frame: drop --sink or pick another --cache")
+
+
+def check_sizes(args) -> None:
+    for flag, value in (("--height", args.height), ("--width", args.width)):
+        check_pixel_size(flag, value)
+        if value > MAX_SIDE:
+            raise FastARError(f"{flag} {value} is too large; at most {MAX_SIDE} pixels (Wan2.1 is trained at "
+                              "832x480 and 1280x720)")
+    if args.frames < 1:
+        raise FastARError(f"--frames {args.frames} is invalid; generate at least 1 latent frame")
+    if not 1 <= args.frames_per_block <= MAX_FRAMES_PER_BLOCK:
+        raise FastARError(f"--frames-per-block {args.frames_per_block} is invalid; valid: 1..{MAX_FRAMES_PER_BLOCK} "
+                          "(3 for Self-Forcing, 1 for Causal Forcing)")
+    tokens = min(args.frames, args.frames_per_block) * (args.height // PIXEL_STEP) * (args.width // PIXEL_STEP)
+    if tokens > MAX_TOKENS_PER_CHUNK:
+        raise FastARError(f"--height {args.height} x --width {args.width} makes {tokens:,} tokens per chunk "
+                          f"(at most {MAX_TOKENS_PER_CHUNK:,}); use a smaller size or fewer --frames-per-block")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise FastARError(f"--seed {args.seed} is out of range; valid: 0..{MAX_SEED}")
+    if args.sink is not None and not 0 <= args.sink <= args.frames:
+        raise FastARError(f"--sink {args.sink} is invalid; valid: 0..{args.frames} (the --frames generated)")
+    if args.window is not None and not 1 <= args.window <= max(args.frames, args.frames_per_block):
+        raise FastARError(f"--window {args.window} is invalid; valid: 1..{max(args.frames, args.frames_per_block)} "
+                          "(a window longer than the video keeps everything: use --cache global)")
+
+
+def _regular_file(flag: str, path: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise FastARError(f"{flag} {path}: no such file")
+    if not p.is_file():
+        raise FastARError(f"{flag} {path}: not a regular file")
+    return p
+
+
+def read_conditioning(path: str) -> torch.Tensor:
+    """--cond's tensor ``[1, L, text_dim]`` (key ``context`` or the file's only tensor), checked but for its width,
+    which needs the model."""
+    from ..fastar_core.checkpoint_files import one_line
+
+    p = _regular_file("--cond", path)
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(p))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise FastARError(f"--cond {path}: not a readable safetensors file ({one_line(e)})") from None
+    if "context" in tensors:
+        ctx = tensors["context"]
+    elif len(tensors) == 1:
+        ctx = next(iter(tensors.values()))
+    else:
+        raise FastARError(f"--cond {path}: holds {sorted(tensors)[:4]}; expected one tensor or one named 'context'")
+    if ctx.ndim == 2:
+        ctx = ctx[None]
+    if ctx.ndim != 3 or ctx.shape[0] != 1 or ctx.shape[1] < 1:
+        raise FastARError(f"--cond {path}: conditioning has shape {list(ctx.shape)}; expected [1, tokens, text_dim]")
+    if not ctx.is_floating_point():
+        raise FastARError(f"--cond {path}: conditioning is {str(ctx.dtype).replace('torch.', '')}; expected floats")
+    if not bool(torch.isfinite(ctx).all()):
+        raise FastARError(f"--cond {path}: conditioning contains NaN or infinite values")
+    return ctx.float()
+
+
+def read_calibration(path: str) -> list:
+    """--calibration's layer list (from `fastar calibrate`), checked but for its range, which needs the model."""
+    p = _regular_file("--calibration", path)
+    try:
+        data = json.loads(p.read_text(), parse_constant=lambda c: math.nan)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FastARError(f"--calibration {path}: not a JSON file ({e})") from None
+    layers = data.get("layers") if isinstance(data, dict) else None
+    if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                for i in layers):
+        raise FastARError(f"--calibration {path}: expected an object with \"layers\": [layer indices], as "
+                          "`fastar calibrate` writes it")
+    return layers
+
+
+@dataclass
+class Inputs:
+    """What the checks read, handed to the run so nothing is read twice."""
+
+    device: torch.device
+    context: torch.Tensor | None
+    calibration_layers: list | None
+
+
+def check_generate(args) -> Inputs:
+    """Every check that needs no model: run before the checkpoint is read."""
+    device = parse_device(args.device)
+    check_sizes(args)
+    check_contradictions(args)
+    from ..fastar_core.schedule import get_schedule
+
+    try:
+        get_schedule(args.schedule)
+    except FastARError as e:
+        raise FastARError(f"--schedule: {e}") from None
+    from .args import settings_from_arguments
+
+    settings_from_arguments(args)  # the engine's own checks: contradictions of cache and FAST-AR, ranges
+    check_out(Path(args.out))
+    context = read_conditioning(args.cond) if args.cond else None
+    layers = read_calibration(args.calibration) if args.calibration else None
+    return Inputs(device, context, layers)
+
+
+def check_against_model(args, inputs: Inputs, cfg) -> None:
+    if inputs.context is not None and inputs.context.shape[-1] != cfg.text_dim:
+        raise FastARError(f"--cond {args.cond}: conditioning has width {inputs.context.shape[-1]}; this model "
+                          f"takes {cfg.text_dim} (shape [1, tokens, {cfg.text_dim}])")
+    if inputs.calibration_layers is not None:
+        bad = [i for i in inputs.calibration_layers if i >= cfg.num_layers]
+        if bad:
+            raise FastARError(f"--calibration {args.calibration}: layers {bad[:5]} do not exist; this model has "
+                              f"layers 0..{cfg.num_layers - 1} (calibrate this model)")
+
+
+def rollout_bytes(cfg, frames: int, latent_h: int, latent_w: int, cache_frames: int, dtype_bytes: int,
+                  chunk_frames: int) -> dict:
+    """The rollout's memory that is sure to be allocated: the output latent, the KV cache, one chunk's
+    activations (a lower bound: the attention's own buffers come on top)."""
+    _, ph, pw = cfg.patch_size
+    tokens_per_frame = (latent_h // ph) * (latent_w // pw)
+    latent = cfg.in_dim * frames * latent_h * latent_w * 4
+    cache = cfg.num_layers * 2 * cache_frames * tokens_per_frame * cfg.dim * dtype_bytes
+    chunk_tokens = chunk_frames * tokens_per_frame
+    activations = chunk_tokens * (cfg.ffn_dim + 8 * cfg.dim) * 4
+    return {"latent": latent, "cache": cache, "activations": activations}
+
+
+def check_rollout_memory(args, cfg, device, cache_frames: int, dtype: torch.dtype) -> None:
+    parts = rollout_bytes(cfg, args.frames, args.height // 8, args.width // 8, cache_frames,
+                          torch.empty((), dtype=dtype).element_size(), min(args.frames, args.frames_per_block))
+    total = sum(parts.values())
+    detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
+    check_fits(total, device, f"--frames {args.frames} at {args.width}x{args.height} ({detail})",
+               "use fewer --frames, a smaller size, or a bounded cache (--cache window, --fastar quality)")
