@@ -256,6 +256,13 @@ class RolloutLoop:
         return PassInfo(chunk=chunk, step=step, num_steps=self.schedule.num_steps, frame_start=frame_start,
                         num_frames=frames, tokens_per_frame=self.cache.tokens_per_frame, frame_steps=frame_steps)
 
+    def _predict_x0(self, x: torch.Tensor, sigma: torch.Tensor, info: PassInfo) -> torch.Tensor:
+        """One denoising forward: the model's flow at per-frame ``sigma``, turned into the clean estimate."""
+        assert self.text is not None, "the prompt is encoded before the first forward"
+        flow = self.runner.forward(x, self._times(sigma), self.text, self.cache, info)
+        assert flow is not None
+        return flow_to_x0(x, flow, sigma)
+
     def _clean_pass(self, chunk, x0, frame_start):
         """Write a finished chunk's clean keys/values to the cache (at ``context_noise``)."""
         cfg = self.cfg
@@ -327,8 +334,7 @@ class RolloutLoop:
             for s, sigma in enumerate(sigmas):
                 self._check_cancel()
                 sig = torch.full((cfg.batch, frames), sigma, device=self.runner.device)
-                flow = self.runner.forward(x, self._times(sig), self.text, self.cache, self._info(c, s, f0, frames))
-                x0 = flow_to_x0(x, flow, sig)
+                x0 = self._predict_x0(x, sig, self._info(c, s, f0, frames))
                 if s + 1 < len(sigmas):
                     nxt = torch.full((cfg.batch, frames), sigmas[s + 1], device=self.runner.device)
                     x = add_noise(x0, self.noise(c, s + 1, frames), nxt)
@@ -358,9 +364,7 @@ class RolloutLoop:
             sig = torch.cat([torch.full((cfg.batch, self.plan[b][1]), sigmas[w - b]) for b in window], dim=1)
             sig = sig.to(self.runner.device)
             frame_steps = [w - b for b in window for _ in range(self.plan[b][1])]
-            flow = self.runner.forward(x, self._times(sig), self.text, self.cache,
-                                       self._info(newest, w - newest, f0, x.shape[2], frame_steps))
-            x0_all = flow_to_x0(x, flow, sig)
+            x0_all = self._predict_x0(x, sig, self._info(newest, w - newest, f0, x.shape[2], frame_steps))
             offset = 0
             for b in window:
                 frames = self.plan[b][1]
