@@ -41,14 +41,13 @@ def register_host_backend(name: str, fn: Callable, *, device_types=("cuda",), pr
         raise ValueError(f"fn must be callable (q, k, v, scale) -> out, got {type(fn).__name__}")
     _registry[name] = HostBackend(name, fn, tuple(device_types), bool(prefer_for_dense))
     verify.set_tolerance(name, tolerance)
-    # A replaced function must earn its families again.
-    for key in [k for k in verify._results if k[1] == name]:
-        del verify._results[key]
+    verify.forget(name)  # a replaced function must earn its families again
 
 
 def unregister_host_backend(name: str) -> None:
     _registry.pop(name, None)
     verify.set_tolerance(name, None)
+    verify.forget(name)
 
 
 def registered_host_backends() -> dict:

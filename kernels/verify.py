@@ -94,6 +94,12 @@ def reset() -> None:
     _results.clear()
 
 
+def forget(backend: str) -> None:
+    """Forget the verdicts on one backend (its implementation was replaced)."""
+    for key in [key for key in _results if key[1] == backend]:
+        del _results[key]
+
+
 def verdicts() -> dict:
     """{(op, backend, family description): None when verified, else the problem} for reports."""
     return {(op, name, fam.describe()): problem for (op, name, fam), problem in _results.items()}

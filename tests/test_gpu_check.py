@@ -6,7 +6,11 @@ from comfyui_fastar.tools import cli, gpu_check
 
 
 def test_dry_run_of_the_whole_plan_on_cpu(tmp_path):
+    from comfyui_fastar.kernels import verify
+
+    before = verify.verification_enabled()
     report = gpu_check.run_gpu_check(tmp_path, deadline_s=600, dry_run=True, isolate=False)
+    assert verify.verification_enabled() == before  # in-process steps restore the setting
     saved = json.loads((tmp_path / "gpu_check.json").read_text())
     assert saved["steps"].keys() == set(gpu_check.STEPS) and saved == json.loads(json.dumps(report, default=str))
     assert {r["status"] for r in saved["steps"].values()} == {"done"}, saved

@@ -62,7 +62,6 @@ def test_one_config_recompiles_to_the_recorded_figures(table, tmp_path):
         package.__path__ = [{str(ROOT)!r}]
         sys.modules["comfyui_fastar"] = package
         from comfyui_fastar.kernels import launch_limits
-from comfyui_fastar.tools.triton_limits import COMPILED_ARCHS
         print(json.dumps(launch_limits.compile_resources("attention", 0, 64, "fp16", (64, 64), 90)))
     """)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

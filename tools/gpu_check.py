@@ -106,12 +106,13 @@ def child_main(argv) -> int:
 def _run_step(step: str, out: Path, budget: float, dry_run: bool) -> dict:
     import torch
 
-    from ..kernels import set_verification
+    from ..kernels import set_verification, verification_enabled
 
     device = torch.device("cpu" if dry_run else "cuda")
     if not dry_run and not torch.cuda.is_available():
         return {"status": "skipped", "why": "no CUDA device visible (use --dry-run on a CPU)"}
     deadline = time.monotonic() + budget
+    was_on = verification_enabled()
     try:
         if step == "verify":
             return {"status": "done", **_step_verify(out, device, dry_run)}
@@ -124,6 +125,8 @@ def _run_step(step: str, out: Path, budget: float, dry_run: bool) -> dict:
             return {"status": "done", **_step_bench_rollout(out, device, dry_run, budget)}
     except Exception as e:  # noqa: BLE001 - the report says what broke; the next step still runs
         return {"status": "error", "error": f"{type(e).__name__}: {e}"[:2000]}
+    finally:
+        set_verification(was_on)
     raise ValueError(f"unknown step {step!r}: expected one of {', '.join(STEPS)}")
 
 
