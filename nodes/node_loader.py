@@ -32,7 +32,9 @@ class LoadARVideoModel:
     DESCRIPTION = ("Loads a Wan2.1 autoregressive checkpoint (Self-Forcing, CausVid, Rolling Forcing, LongLive, Krea, "
                    "Causal Forcing; .safetensors or .pt) from models/diffusion_models: picks the EMA weights, strips "
                    "training prefixes, optionally merges a LongLive LoRA, and builds a native MODEL with ComfyUI's "
-                   "own loader, so LoRA loaders, model-sampling and compile nodes keep working on it.")
+                   "own loader, so LoRA loaders, model-sampling and compile nodes keep working on it (compile nodes "
+                   "speed up ComfyUI's own samplers only). Where ComfyUI has its own causal Wan model (0.21+), that "
+                   "is the class built, so core's Sampler AR Video runs on it too.")
 
     @classmethod
     def INPUT_TYPES(cls):

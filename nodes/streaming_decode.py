@@ -5,8 +5,8 @@ to call. Keeping that cache between pieces, and calling the decoder on exactly t
 ``WanVAE.decode`` does, makes the piecewise decode *identical* to one full decode (``WanCausalStream``). ComfyUI
 has cut the latent two ways:
 
-- up to about 0.17 (0.3.64 among them): latent frame 0, then one frame per call; the decoder returns a tensor;
-- from about 0.18 (0.27.0 among them): latent frame 0 alone, then pairs (1-2, 3-4, ...); the decoder returns a
+- before 0.18 (0.3.64 among them): latent frame 0, then one frame per call; the decoder returns a tensor;
+- from 0.18 (0.27.0 among them): latent frame 0 alone, then pairs (1-2, 3-4, ...); the decoder returns a
   list of pixel chunks, and a pair decodes differently from its two frames one at a time.
 
 Both start with frame 0 alone, so the stream decodes frame 0 first and reads the cut from what the decoder
