@@ -269,7 +269,7 @@ def test_custom_sampling_image_to_video_and_streaming_save(server):
         "15": {"class_type": "EmptyHunyuanLatentVideo", "inputs": {"width": 32, "height": 32, "length": 25,
                                                                   "batch_size": 1}},
         "16": {"class_type": "FastAR_SamplerARVideo", "inputs": {"frames_per_block": 3, "mode": "auto",
-                                                                "cache_policy": "window", "sink_frames": 1,
+                                                                "cache_policy": "auto", "sink_frames": 1,
                                                                 "window_frames": 3, "context_noise": 0.0}},
         "17": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["13", 0], "guider": ["14", 0],
                                                                 "sampler": ["16", 0], "sigmas": ["12", 0],

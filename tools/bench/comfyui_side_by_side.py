@@ -89,7 +89,7 @@ def main(pack: str, out_dir: str, sizes=(128, 256), rounds: int = 3, latent_fram
     module = importlib.util.module_from_spec(spec)
     sys.modules["comfyui_fastar"] = module
     spec.loader.exec_module(module)
-    from comfyui_fastar.nodes.node_attention import FastARAttention
+    from comfyui_fastar.nodes.node_attention import FastARAttentionPatch
     from comfyui_fastar.nodes.node_sampler_ar import SamplerARVideoFastAR
     machine, write_json = report_module().machine, report_module().write_json
 
@@ -97,7 +97,7 @@ def main(pack: str, out_dir: str, sizes=(128, 256), rounds: int = 3, latent_fram
     if path is None:
         raise SystemExit(f"no {CAUSAL} in models/diffusion_models: build the host with setup_comfyui.sh (0.21+)")
     model = comfy.sd.load_diffusion_model(path)
-    fastar = FastARAttention().patch(model, preset="balanced")[0]
+    fastar = FastARAttentionPatch().patch(model, preset="balanced")[0]
     g = torch.Generator().manual_seed(1)
     positive = [[torch.randn(1, 16, 4096, generator=g), {}]]
     negative = [[torch.zeros(1, 16, 4096), {}]]
