@@ -14,6 +14,10 @@ CONDITIONING_OR_SCHEDULE = f"CONDITIONING,{PROMPT_SCHEDULE}"
 
 # Key in a conditioning entry's dict that carries the start image's raw VAE latent (image to video).
 INITIAL_LATENT_KEY = "fastar_initial_latent"
+# Where ComfyUI's own AR nodes (0.21+: ARVideoI2V, the ar_video sampler) keep a start image: the raw VAE latent in
+# model_options["transformer_options"]["ar_config"]["initial_latent"].
+CORE_AR_CONFIG_KEY = "ar_config"
+CORE_START_LATENT_KEY = "initial_latent"
 # Key in model_options["transformer_options"] that carries the FAST-AR config as a plain dict.
 FASTAR_OPTIONS_KEY = "fastar"
 

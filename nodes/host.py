@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ..fastar_core.errors import FastARError, GenerationCancelled
+from .constants import CORE_AR_CONFIG_KEY, CORE_START_LATENT_KEY
 from .standalone import StandaloneHost
 
 _standalone: StandaloneHost | None = None
@@ -69,6 +70,34 @@ def comfy_attention(q, k, v, scale: float):
     # skip_reshape: the inputs are already [B, H, N, D]; the output comes back as [B, N, H * D].
     out = comfy_attn.optimized_attention(q, k, v, H, skip_reshape=True)
     return out.view(B, N, H, D).transpose(1, 2)
+
+
+def host_has_causal_wan() -> bool:
+    """Whether this ComfyUI has its own causal AR Wan class (0.21 and later), chosen by the metadata marker."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("comfy.ldm.wan.ar_model") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def detection_metadata(file_metadata: dict, causal_ar: bool) -> dict:
+    """The safetensors metadata ComfyUI's model detection reads (``config``, a JSON string), with the causal-AR
+    marker set unless the file already says either way."""
+    config = file_metadata.get("config") if file_metadata else None
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError:
+            config = None
+    config = dict(config) if isinstance(config, dict) else {}
+    transformer = dict(config.get("transformer") or {})
+    if causal_ar and "causal_ar" not in transformer:
+        transformer["causal_ar"] = True
+    if transformer:
+        config["transformer"] = transformer
+    return {"config": json.dumps(config)} if config else {}
 
 
 WEIGHT_DTYPES = ("default", "bf16", "fp16", "fp32", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2")
@@ -153,8 +182,15 @@ class ComfyHost:
         raise GenerationCancelled("interrupted")
 
     # -- model building -------------------------------------------------------------------------------------------
-    def model_from_checkpoint(self, ckpt, weight_dtype: str, shift: float):
-        """A native MODEL built by ComfyUI's loader from the engine's normalised state dict."""
+    def model_from_checkpoint(self, ckpt, weight_dtype: str, shift: float, disable_dynamic: bool = False):
+        """A native MODEL built by ComfyUI's loader from the engine's normalised state dict.
+
+        Where ComfyUI's loader reads file metadata (0.2x), it gets the causal-AR marker, so a host with its own
+        causal Wan class (``CausalWanModel``, which core's SamplerARVideo needs) builds that one: every model this
+        pack loads is an autoregressive one. A marker in the file (true or false) wins. Older hosts take no
+        metadata and build ``WanModel``; both classes have the submodules the pack's runner calls."""
+        import inspect
+
         import comfy.sd
 
         options = {}
@@ -163,7 +199,13 @@ class ComfyHost:
             options["fp8_optimizations"] = weight_dtype.endswith("_fast")
         elif weight_dtype != "default":
             options["dtype"] = ckpt.dtype
-        patcher = comfy.sd.load_diffusion_model_state_dict(dict(ckpt.state_dict), model_options=options)
+        accepted = inspect.signature(comfy.sd.load_diffusion_model_state_dict).parameters
+        extra = {}
+        if "metadata" in accepted:
+            extra["metadata"] = detection_metadata(ckpt.metadata, causal_ar=host_has_causal_wan())
+        if disable_dynamic and "disable_dynamic" in accepted:
+            extra["disable_dynamic"] = True
+        patcher = comfy.sd.load_diffusion_model_state_dict(dict(ckpt.state_dict), model_options=options, **extra)
         if patcher is None:
             raise FastARError(f"{ckpt.path}: ComfyUI did not recognise the converted weights as a Wan2.1 model")
         self._set_shift(patcher, shift)
@@ -190,6 +232,20 @@ class ComfyHost:
         import comfy.utils
 
         return comfy.utils.common_upscale(image.movedim(-1, 1), width, height, "bilinear", "center").movedim(1, -1)
+
+    def start_image_hook(self, latent: torch.Tensor):
+        """A conditioning hook that puts a start latent where core's ar_video sampler reads it
+        (``transformer_options["ar_config"]["initial_latent"]``) while that conditioning is sampled, and a function
+        joining two hook groups; (None, None) where ComfyUI has no conditioning hooks."""
+        try:
+            import comfy.hooks as hooks
+        except ImportError:
+            return None, None
+        if not hasattr(hooks, "TransformerOptionsHook"):
+            return None, None
+        group = hooks.HookGroup()
+        group.add(hooks.TransformerOptionsHook({CORE_AR_CONFIG_KEY: {CORE_START_LATENT_KEY: latent}}))
+        return group, hooks.HookGroup.combine_all_hooks
 
     def metadata(self, prompt, extra_pnginfo) -> dict | None:
         from comfy.cli_args import args

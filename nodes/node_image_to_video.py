@@ -19,9 +19,9 @@ from .prompting import conditioning_entry, with_initial_latent
 
 class ARImageToVideo:
     DESCRIPTION = ("Image to video for the AR models: encodes the start image with the Wan VAE (one image = one latent "
-                   "frame) and attaches it to the prompt, so the AR samplers commit it to the KV cache before the "
-                   "first chunk and the video continues from it. Also gives the empty LATENT that "
-                   "SamplerCustomAdvanced needs.")
+                   "frame) and attaches it to the prompt, so the AR samplers (the pack's and ComfyUI's own Sampler AR "
+                   "Video) commit it to the KV cache before the first chunk and the video continues from it. Also "
+                   "gives the empty LATENT that SamplerCustomAdvanced needs.")
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -63,4 +63,7 @@ class ARImageToVideo:
                               f"[1, 16, 1, {latent_h}, {latent_w}] here (Wan2.2's 48-channel VAE does not fit)")
         empty = torch.zeros(batch_size, LATENT_CHANNELS, total, latent_h, latent_w,
                             device=host.intermediate_device())
-        return (with_initial_latent(positive, latent[:, :, :1].to(host.intermediate_device())), {"samples": empty})
+        start = latent[:, :, :1].to(host.intermediate_device())
+        # The pack's samplers read the latent from the conditioning; the hook hands it to core's SamplerARVideo.
+        hooks, combine = host.start_image_hook(start)
+        return (with_initial_latent(positive, start, hooks, combine), {"samples": empty})

@@ -13,11 +13,28 @@ NO_LORA = "none"
 ENGINE_DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}  # others: ComfyUI casts (fp8) or picks (default)
 
 
+def load_native_model(path: str, weight_dtype: str, lora: str | None, shift: float, disable_dynamic: bool = False):
+    """Checkpoint file -> (MODEL, checkpoint). Also registered as the MODEL's ``cached_patcher_init``, the factory
+    ComfyUI 0.2x calls (with ``disable_dynamic=True``) to rebuild a model when a Dynamic VRAM patcher must be
+    cloned into a plain one (TorchCompileModel, MultiGPU, hooked conditioning) and refuses without it."""
+    ckpt = load_checkpoint(path, dtype=ENGINE_DTYPES.get(weight_dtype), lora=lora)
+    model = get_host().model_from_checkpoint(ckpt, weight_dtype, shift, disable_dynamic=disable_dynamic)
+    if hasattr(model, "cached_patcher_init"):
+        model.cached_patcher_init = (rebuild_model, (path, weight_dtype, lora, shift))
+    return model, ckpt
+
+
+def rebuild_model(path, weight_dtype, lora, shift, disable_dynamic=False):
+    return load_native_model(path, weight_dtype, lora, shift, disable_dynamic)[0]
+
+
 class LoadARVideoModel:
     DESCRIPTION = ("Loads a Wan2.1 autoregressive checkpoint (Self-Forcing, CausVid, Rolling Forcing, LongLive, Krea, "
                    "Causal Forcing; .safetensors or .pt) from models/diffusion_models: picks the EMA weights, strips "
                    "training prefixes, optionally merges a LongLive LoRA, and builds a native MODEL with ComfyUI's "
-                   "own loader, so LoRA loaders, model-sampling and compile nodes keep working on it.")
+                   "own loader, so LoRA loaders, model-sampling and compile nodes keep working on it (compile nodes "
+                   "speed up ComfyUI's own samplers only). Where ComfyUI has its own causal Wan model (0.21+), that "
+                   "is the class built, so core's Sampler AR Video runs on it too.")
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -49,7 +66,8 @@ class LoadARVideoModel:
         host = get_host()
         path = host.full_path("diffusion_models", model_name)
         lora = host.full_path("loras", lora_name) if lora_name and lora_name != NO_LORA else None
-        ckpt = load_checkpoint(path, dtype=ENGINE_DTYPES.get(weight_dtype), lora=lora)
-        model = host.model_from_checkpoint(ckpt, weight_dtype, shift)
-        info = json.dumps({**ckpt.summary(), "weight_dtype": weight_dtype, "shift": shift}, indent=1)
+        model, ckpt = load_native_model(path, weight_dtype, lora, shift)
+        dm = getattr(getattr(model, "model", None), "diffusion_model", None)
+        info = json.dumps({**ckpt.summary(), "weight_dtype": weight_dtype, "shift": shift,
+                           "model_class": type(dm).__name__}, indent=1)
         return (model, info)

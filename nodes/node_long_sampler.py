@@ -17,7 +17,7 @@ from .constants import (
 from .host import get_host
 from .inputs import combo, float_input, int_input, link, seed_input
 from .model_access import check_model_input, resolve_model
-from .prompting import as_schedule
+from .prompting import as_schedule, core_start_latent, with_core_start_image
 from .rollout import RolloutSettings, run_rollout
 
 LENGTH_TOOLTIP = ("Video length in frames. Wan's VAE turns 4k+1 frames into k+1 latent frames, so the length must be "
@@ -89,8 +89,8 @@ class LongVideoSampler:
         latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
         if sigmas is None and schedule not in SCHEDULE_PRESETS:
             raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
-        prompts = as_schedule(positive)
         check_model_input(model)
+        prompts = with_core_start_image(as_schedule(positive), core_start_latent(getattr(model, "model_options", None)))
         host.load_model(model)
         ar_model = resolve_model(model)
         settings = RolloutSettings(

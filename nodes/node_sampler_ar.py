@@ -18,7 +18,7 @@ from .constants import CACHE_POLICIES, CATEGORY, INITIAL_LATENT_KEY, PROMPT_SCHE
 from .host import get_host
 from .inputs import combo, float_input, int_input, link
 from .model_access import resolve_model
-from .prompting import ARPromptSchedule, ScheduledPrompt
+from .prompting import ARPromptSchedule, ScheduledPrompt, core_start_latent, with_core_start_image
 from .rollout import RolloutSettings, run_rollout
 
 log = logging.getLogger("FAST-AR")
@@ -61,6 +61,9 @@ def sample_ar_video(model, noise, sigmas, extra_args=None, callback=None, disabl
         raise FastARError(f"the latent has shape {list(noise.shape)}; a video latent [B, 16, frames, h, w] is needed "
                           "(EmptyHunyuanLatentVideo or AR Image to Video)")
     schedule, notes = schedule_from_guider(guider, options)
+    # A start image from core's ARVideoI2V sits in the MODEL's options (core's sampler reads the sampling copy).
+    schedule = with_core_start_image(schedule, core_start_latent(extra_args.get("model_options"),
+                                                                 getattr(patcher, "model_options", None)))
     ar_model = resolve_model(patcher, device=noise.device)
     settings = RolloutSettings(schedule=sigmas.detach().float().cpu(), seed=int(extra_args.get("seed") or 0),
                                **{k: options[k] for k in SETTING_KEYS if k in options})

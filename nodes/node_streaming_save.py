@@ -17,7 +17,8 @@ class SaveLongVideoStreaming:
     DESCRIPTION = ("Decodes a long video LATENT a few latent frames at a time and appends them to an MP4 as it goes, "
                    "so a 1000-frame video never sits in GPU memory or RAM as pixels (VAE Decode + Create Video would "
                    "hold all of it). With the Wan2.1 VAE the result is identical to a full VAE Decode: the decoder's "
-                   "causal cache is carried from piece to piece.")
+                   "causal cache is carried from piece to piece and the latent is cut where ComfyUI's own decode "
+                   "cuts it.")
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -28,7 +29,8 @@ class SaveLongVideoStreaming:
                 "fps": float_input(16.0, 1.0, 120.0, "Frames per second of the file (Wan models: 16).", step=1.0),
                 "filename_prefix": string_input("video/FastAR", "Output file prefix, under ComfyUI's output folder."),
                 "frames_per_piece": int_input(8, 1, 256, "Latent frames decoded per step (4 video frames each). "
-                                                         "Lower it if decoding runs out of memory."),
+                                                         "Any value gives the same file as VAE Decode; lower it if "
+                                                         "decoding runs out of memory."),
             },
             "hidden": {"prompt": "PROMPT", "extra_pnginfo": "EXTRA_PNGINFO"},
         }

@@ -3,7 +3,9 @@
 A CONDITIONING is ComfyUI's ``[[tensor [B, L, 4096], {extras}], ...]``. Our schedule type
 (``AR_PROMPT_SCHEDULE``) is an ``ARPromptSchedule``: conditioning tensors with the latent frame where each
 starts. Either one goes into the samplers' ``positive`` input. A start image (image to video) rides along as
-the raw VAE latent in a conditioning entry's extras, where ComfyUI's own image-to-video nodes put theirs.
+the raw VAE latent in a conditioning entry's extras, where ComfyUI's own image-to-video nodes put theirs. ComfyUI's
+own AR nodes keep theirs in the MODEL's ``transformer_options["ar_config"]`` instead; both are read here, and the
+pack's AR Image to Video also hands its latent to core's AR sampler through a hook on the conditioning.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.prompts import PromptSchedule, PromptSegment
-from .constants import INITIAL_LATENT_KEY
+from .constants import CORE_AR_CONFIG_KEY, CORE_START_LATENT_KEY, INITIAL_LATENT_KEY
 
 
 @dataclass
@@ -78,11 +80,45 @@ def video_frame_to_latent(frame: int) -> int:
     return (max(0, frame) + 3) // 4
 
 
-def with_initial_latent(conditioning, latent: torch.Tensor):
-    """A copy of a CONDITIONING whose every entry carries the start image's latent (tensors are shared)."""
+def with_initial_latent(conditioning, latent: torch.Tensor, hooks=None, combine_hooks=None):
+    """A copy of a CONDITIONING whose every entry carries the start image's latent (tensors are shared).
+
+    ``hooks`` (a ComfyUI HookGroup, or None) is attached too, joined with an entry's own hooks by
+    ``combine_hooks([theirs, ours])``."""
     out = []
     for entry in conditioning:
         extras = dict(entry[1]) if len(entry) > 1 else {}
         extras[INITIAL_LATENT_KEY] = latent
+        if hooks is not None:
+            theirs = extras.get("hooks")
+            extras["hooks"] = hooks if theirs is None else combine_hooks([theirs, hooks])
         out.append([entry[0], extras])
     return out
+
+
+def core_start_latent(*model_options_list):
+    """The start latent ComfyUI's ARVideoI2V stored in a MODEL's options (the first options that have one)."""
+    for options in model_options_list:
+        ar_config = ((options or {}).get("transformer_options") or {}).get(CORE_AR_CONFIG_KEY) or {}
+        latent = ar_config.get(CORE_START_LATENT_KEY) if isinstance(ar_config, dict) else None
+        if latent is not None:
+            return latent
+    return None
+
+
+def with_core_start_image(schedule: ARPromptSchedule, core_latent) -> ARPromptSchedule:
+    """Honour a start image from core's ARVideoI2V; one start image only (the same one twice is fine: the pack's
+    AR Image to Video hands its latent to both places)."""
+    if core_latent is None:
+        return schedule
+    if not torch.is_tensor(core_latent):
+        raise FastARError("the MODEL's transformer_options['ar_config']['initial_latent'] (set by ARVideoI2V) is not a "
+                          "latent tensor")
+    ours = schedule.initial_latent
+    if ours is None:
+        return ARPromptSchedule(schedule.prompts, core_latent, list(schedule.notes))
+    same = ours.shape == core_latent.shape and torch.equal(ours.cpu(), core_latent.cpu())
+    if not same:
+        raise FastARError("two start images: the MODEL carries one from ARVideoI2V and 'positive' another from AR "
+                          "Image to Video; keep one of the two nodes")
+    return schedule

@@ -160,7 +160,7 @@ class StandaloneHost:
         raise GenerationCancelled("interrupted")
 
     # -- model building -------------------------------------------------------------------------------------------
-    def model_from_checkpoint(self, ckpt, weight_dtype: str, shift: float):
+    def model_from_checkpoint(self, ckpt, weight_dtype: str, shift: float, disable_dynamic: bool = False):
         from ..fastar_core.checkpoint import build_model
 
         info = {"shift": shift, "weight_dtype": weight_dtype}
@@ -177,6 +177,9 @@ class StandaloneHost:
         x = torch.nn.functional.interpolate(image.movedim(-1, 1), size=(nh, nw), mode="bilinear", align_corners=False)
         top, left = (nh - height) // 2, (nw - width) // 2
         return x[:, :, top:top + height, left:left + width].movedim(1, -1)
+
+    def start_image_hook(self, latent: torch.Tensor):
+        return None, None  # no core AR sampler outside ComfyUI
 
     def metadata(self, prompt, extra_pnginfo) -> dict | None:
         return None

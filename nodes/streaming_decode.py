@@ -1,8 +1,17 @@
 """Decode a long video LATENT piece by piece, so neither the GPU nor RAM ever holds every pixel.
 
-Wan2.1's VAE decoder is causal in time and already decodes one latent frame at a time, carrying a small
-feature cache (two frames per causal conv) from frame to frame. Keeping that cache between pieces makes the
-piecewise decode *identical* to one full decode (``WanCausalStream``). For any other video VAE the fallback
+Wan2.1's VAE decoder is causal in time and carries a small feature cache (two frames per causal conv) from call
+to call. Keeping that cache between pieces, and calling the decoder on exactly the same slices as ComfyUI's own
+``WanVAE.decode`` does, makes the piecewise decode *identical* to one full decode (``WanCausalStream``). ComfyUI
+has cut the latent two ways:
+
+- before 0.18 (0.3.64 among them): latent frame 0, then one frame per call; the decoder returns a tensor;
+- from 0.18 (0.27.0 among them): latent frame 0 alone, then pairs (1-2, 3-4, ...); the decoder returns a
+  list of pixel chunks, and a pair decodes differently from its two frames one at a time.
+
+Both start with frame 0 alone, so the stream decodes frame 0 first and reads the cut from what the decoder
+returns (a list means pairs), never from a version number. A piece that ends inside a pair keeps its last frame
+back for the next piece, so any ``frames_per_piece`` is exact. For any other video VAE the fallback
 (``OverlapStream``) decodes each piece with a few earlier latent frames as context and drops their pixels.
 
 Latent frame 0 decodes to 1 video frame, every later latent frame to 4.
@@ -10,6 +19,7 @@ Latent frame 0 decodes to 1 video frame, every later latent frame to 4.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -27,21 +37,56 @@ def is_wan21_vae(vae) -> bool:
             and hasattr(fsm, "decoder") and hasattr(fsm, "conv2"))
 
 
+def decoder_cache_slots(fsm) -> int:
+    """How many feature-cache entries the decoder uses: ComfyUI's own counter where the module has one."""
+    module = sys.modules.get(type(fsm).__module__)
+    for name in ("count_cache_layers", "count_conv3d"):
+        counter = getattr(module, name, None)
+        if callable(counter):
+            return counter(fsm.decoder)
+    return sum(1 for m in fsm.decoder.modules() if type(m).__name__ == "CausalConv3d")
+
+
 class WanCausalStream:
     """Exact streaming decode through ComfyUI's Wan2.1 ``WanVAE`` internals (its decode loop, kept open)."""
 
     def __init__(self, vae):
         self.vae = vae
         self.fsm = vae.first_stage_model
-        convs = sum(1 for m in self.fsm.decoder.modules() if type(m).__name__ == "CausalConv3d")
-        self.feat_cache = [None] * convs
+        self.feat_cache = [None] * decoder_cache_slots(self.fsm)
+        self.started = False  # frame 0 decoded
+        self.step = 1  # latent frames per decoder call after frame 0; 2 once the decoder shows it cuts in pairs
+        self.pending = None  # latent frames (after conv2) waiting to complete a decoder call
 
-    def decode(self, z: torch.Tensor) -> torch.Tensor:
-        """Latent piece [B, 16, n, h, w] (raw VAE space) -> pixels [B, 3, frames, H, W] in 0..1."""
+    def _call(self, x: torch.Tensor) -> list:
+        out = self.fsm.decoder(x, feat_cache=self.feat_cache, feat_idx=[0])
+        if isinstance(out, (list, tuple)):  # the chunked decoder: WanVAE.decode feeds it pairs
+            self.step = 2
+            return list(out)
+        return [out]
+
+    def decode(self, z: torch.Tensor, final: bool = False) -> torch.Tensor | None:
+        """Latent piece [B, 16, n, h, w] (raw VAE space) -> pixels [B, 3, frames, H, W] in 0..1.
+
+        Frames that complete no decoder call yet are held back (``final`` flushes them), so a piece may give
+        fewer pixel frames than ``pixel_frames`` of its length (None for none) and the next one more."""
         vae = self.vae
         x = self.fsm.conv2(z.to(device=vae.device, dtype=vae.vae_dtype))
-        out = [self.fsm.decoder(x[:, :, i:i + 1], feat_cache=self.feat_cache, feat_idx=[0]) for i in range(x.shape[2])]
-        return vae.process_output(torch.cat(out, dim=2).float())
+        if self.pending is not None:
+            x, self.pending = torch.cat([self.pending, x], dim=2), None
+        out, i, n = [], 0, x.shape[2]
+        if not self.started and n:
+            out += self._call(x[:, :, :1])
+            self.started, i = True, 1
+        while n - i >= self.step or (final and i < n):
+            out += self._call(x[:, :, i:i + self.step])
+            i += self.step
+        if i < n:
+            self.pending = x[:, :, i:]
+        if not out:
+            return None
+        dtype = vae.vae_output_dtype() if hasattr(vae, "vae_output_dtype") else torch.float32
+        return vae.process_output(torch.cat(out, dim=2).to(dtype))
 
 
 class OverlapStream:
@@ -53,7 +98,7 @@ class OverlapStream:
         self.context = context
         self.position = 0
 
-    def decode(self, z: torch.Tensor) -> torch.Tensor:
+    def decode(self, z: torch.Tensor, final: bool = False) -> torch.Tensor:
         start = self.position
         self.position += z.shape[2]
         first = max(0, start - self.context)
@@ -64,11 +109,20 @@ class OverlapStream:
         return frames[:, -keep:].movedim(-1, 1)  # [B, 3, keep, H, W]
 
 
-def decode_pieces(vae, latent: torch.Tensor, piece: int, load=None) -> Iterator[torch.Tensor]:
-    """Yield uint8 frames [B, frames, H, W, 3] on the CPU, ``piece`` latent frames at a time."""
+def stream_pixels(vae, latent: torch.Tensor, piece: int, load=None) -> Iterator[torch.Tensor]:
+    """Yield pixels [B, 3, frames, H, W] in 0..1, ``piece`` latent frames at a time (pieces with no finished
+    frame are skipped)."""
     stream = WanCausalStream(vae) if is_wan21_vae(vae) else OverlapStream(vae, latent)
     if load is not None:
-        load(vae, latent[:, :, :piece].shape)
-    for start in range(0, latent.shape[2], piece):
-        pixels = stream.decode(latent[:, :, start:start + piece])  # [B, 3, f, H, W] in 0..1
+        load(vae, latent[:, :, :piece + 1].shape)  # a held-back frame can make a call one frame longer
+    total = latent.shape[2]
+    for start in range(0, total, piece):
+        pixels = stream.decode(latent[:, :, start:start + piece], final=start + piece >= total)
+        if pixels is not None:
+            yield pixels
+
+
+def decode_pieces(vae, latent: torch.Tensor, piece: int, load=None) -> Iterator[torch.Tensor]:
+    """Yield uint8 frames [B, frames, H, W, 3] on the CPU, ``piece`` latent frames at a time."""
+    for pixels in stream_pixels(vae, latent, piece, load):
         yield (pixels.clamp(0, 1).movedim(1, -1) * 255).round().to(device="cpu", dtype=torch.uint8)

@@ -1,4 +1,4 @@
-"""Every workflow in workflows/ is a valid ComfyUI UI-format graph of nodes that exist, with matching widgets
+"""Every workflow in example_workflows/ is a valid ComfyUI UI-format graph of nodes that exist, with matching widgets
 and well-typed links, naming the model files it needs the way ComfyUI templates do."""
 
 import json
@@ -8,9 +8,11 @@ import pytest
 
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS
 
-WORKFLOWS = sorted((Path(__file__).resolve().parents[1] / "workflows").glob("*.json"))
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((ROOT / "example_workflows").glob("*.json"))
 # ComfyUI serves a pack's example_workflows/, example/, examples/, workflow/ or workflows/ folder as templates
-# (app/custom_node_manager.py); ours is workflows/.
+# (app/custom_node_manager.py), listing the files of every one of them; ours is example_workflows/, the name both
+# 0.3.x and 0.2x prefer (the others log a hint on 0.2x), and the only one, so nothing is listed twice.
 TEMPLATE_FOLDERS = ("example_workflows", "example", "examples", "workflow", "workflows")
 FRONTEND_ONLY = {"MarkdownNote": ["text"], "Note": ["text"]}
 FILE_WIDGETS = {"model_name": "diffusion_models", "lora_name": "loras", "clip_name": "text_encoders",
@@ -25,7 +27,8 @@ def s(name, kind, optional=False):
     return (name, kind, {"socket": True, "optional": optional})
 
 
-# The core nodes the workflows use, as ComfyUI 0.3.64's /object_info describes them (input order matters).
+# The core nodes the workflows use, as ComfyUI 0.3.64's /object_info describes them (input order matters), plus two
+# of 0.27.0's for the core AR template.
 CORE_NODES = {
     "CLIPLoader": ([w("clip_name", "COMBO"), w("type", "COMBO", options=["wan"]),
                     w("device", "COMBO", options=["default", "cpu"])], ["CLIP"]),
@@ -48,6 +51,12 @@ CORE_NODES = {
     "BasicScheduler": ([s("model", "MODEL"), w("scheduler", "COMBO", options=["simple", "sgm_uniform", "karras"]),
                         w("steps", "INT", min=1, max=10000), w("denoise", "FLOAT", min=0.0, max=1.0)], ["SIGMAS"]),
     "RandomNoise": ([w("noise_seed", "INT", min=0, max=2**64 - 1, seed=True)], ["NOISE"]),
+    # ComfyUI 0.21+ (0.27.0's definitions): its own loader for causal checkpoints and AR image to video
+    "UNETLoader": ([w("unet_name", "COMBO"), w("weight_dtype", "COMBO", options=["default", "fp8_e4m3fn"])],
+                   ["MODEL"]),
+    "ARVideoI2V": ([s("model", "MODEL"), s("vae", "VAE"), s("start_image", "IMAGE"),
+                    w("width", "INT", min=16, max=8192), w("height", "INT", min=16, max=8192),
+                    w("length", "INT", min=1, max=1024), w("batch_size", "INT", min=1, max=64)], ["MODEL", "LATENT"]),
 }
 
 
@@ -137,7 +146,7 @@ def check_models(node, inputs):
 
 
 def check_wan_sizes(node, inputs):
-    if node["type"] not in ("FastAR_LongVideoSampler", "FastAR_ImageToVideo", "EmptyHunyuanLatentVideo"):
+    if node["type"] not in ("FastAR_LongVideoSampler", "FastAR_ImageToVideo", "EmptyHunyuanLatentVideo", "ARVideoI2V"):
         return
     length = widget_value(node, inputs, "length")
     assert (length - 1) % 4 == 0, f"node {node['id']}: length {length} is not 4k+1"
@@ -195,7 +204,7 @@ def test_workflow_is_valid(path):
 def test_workflows_cover_the_advertised_uses_and_are_served_as_templates():
     names = {p.stem for p in WORKFLOWS}
     assert {"fastar_long_text_to_video", "fastar_ab_dense_vs_fastar", "fastar_prompt_schedule",
-            "fastar_image_to_video", "fastar_custom_sampler"} <= names
-    assert WORKFLOWS and WORKFLOWS[0].parent.name in TEMPLATE_FOLDERS
+            "fastar_image_to_video", "fastar_custom_sampler", "fastar_core_ar_template"} <= names
+    assert WORKFLOWS and [name for name in TEMPLATE_FOLDERS if (ROOT / name).exists()] == ["example_workflows"]
     used = {n["type"] for p in WORKFLOWS for n in json.loads(p.read_text())["nodes"]}
     assert set(NODE_CLASS_MAPPINGS) <= used, f"nodes without an example: {set(NODE_CLASS_MAPPINGS) - used}"
