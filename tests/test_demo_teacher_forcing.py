@@ -43,15 +43,16 @@ def test_mask_gives_each_noisy_chunk_the_earlier_clean_chunks_and_itself():
     assert clean_row[:6].all() and not clean_row[6:].any()
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_training_forward_equals_the_chunked_rollout_with_a_global_cache(seed):
+@pytest.mark.parametrize("seed, rope_max_distance", [(0, None), (1, None), (2, 4)])
+def test_training_forward_equals_the_chunked_rollout_with_a_global_cache(seed, rope_max_distance):
+    """Also with temporal distances clamped shorter than the clip (keys older than the clamp share a position)."""
     model = random_wan(CFG, seed=seed)
     clean, noisy, ctx, clean_t, noisy_t = _inputs(seed)
-    tf = TeacherForcingForward(model, FRAMES, FPB, HW)
+    tf = TeacherForcingForward(model, FRAMES, FPB, HW, rope_max_distance=rope_max_distance)
     with torch.no_grad():
         trained = tf(clean, noisy, clean_t, noisy_t, tf.encode_text(ctx))
 
-    runner = CausalRunner(model, attention=DenseAttention())
+    runner = CausalRunner(model, attention=DenseAttention(rope_max_distance=rope_max_distance))
     text = runner.encode_text(ctx)
     grid = runner.grid_hw(*HW)
     shape = CacheShape(num_layers=CFG.num_layers, batch=1, num_heads=CFG.num_heads, head_dim=CFG.head_dim,

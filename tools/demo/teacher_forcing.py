@@ -51,9 +51,14 @@ def teacher_forcing_mask(num_frames: int, frames_per_block: int, tokens_per_fram
 
 
 class TeacherForcingAttention:
-    """Attention seam for the full-sequence training forward (one SDPA per layer, block mask, RoPE as in sampling)."""
+    """Attention seam for the full-sequence training forward (block mask, RoPE as in sampling).
 
-    def __init__(self, num_frames: int, frames_per_block: int, grid_hw: tuple, head_dim: int, device="cpu"):
+    With ``rope_max_distance`` shorter than the clip, keys older than that many frames before a chunk's last
+    frame take the clamped position the sampler's ``DenseAttention(rope_max_distance=...)`` gives them, which
+    differs per query chunk: one SDPA per chunk then, else one per layer."""
+
+    def __init__(self, num_frames: int, frames_per_block: int, grid_hw: tuple, head_dim: int, device="cpu",
+                 rope_max_distance: int | None = None):
         tpf = grid_hw[0] * grid_hw[1]
         self.num_frames = num_frames
         self.mask = teacher_forcing_mask(num_frames, frames_per_block, tpf).to(device)
@@ -61,14 +66,27 @@ class TeacherForcingAttention:
         positions = torch.cat([grid_positions(clean.start, len(clean), *grid_hw, device=device),
                                grid_positions(noisy.start, len(noisy), *grid_hw, device=device)])
         self.cos, self.sin = rope_cos_sin(positions[None], head_dim)
+        self.groups = []  # (query rows of chunk c, key cos, key sin) when distances are clamped
+        if rope_max_distance is not None and num_frames - 1 > rope_max_distance:
+            chunk = positions[:, 0] // frames_per_block
+            for c in range(num_frames // frames_per_block):
+                rows = torch.nonzero(chunk == c).flatten()
+                clamped = positions.clone()
+                clamped[:, 0].clamp_(min=c * frames_per_block + frames_per_block - 1 - rope_max_distance)
+                self.groups.append((rows, *rope_cos_sin(clamped[None], head_dim)))
 
     def begin_rollout(self, num_layers: int) -> None:
         pass
 
     def self_attention(self, layer, q, k, v, positions, view, info):
-        q = apply_rope(q, self.cos, self.sin)
-        k = apply_rope(k, self.cos, self.sin)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask)
+        q_rot = apply_rope(q, self.cos, self.sin)
+        if not self.groups:
+            return F.scaled_dot_product_attention(q_rot, apply_rope(k, self.cos, self.sin), v, attn_mask=self.mask)
+        out = torch.empty_like(q)
+        for rows, cos, sin in self.groups:
+            out[:, :, rows] = F.scaled_dot_product_attention(q_rot[:, :, rows], apply_rope(k, cos, sin), v,
+                                                             attn_mask=self.mask[rows]).to(out.dtype)
+        return out
 
     def cross_attention(self, layer, q, text_k, text_v, info):
         return F.scaled_dot_product_attention(q, text_k, text_v)
@@ -77,11 +95,12 @@ class TeacherForcingAttention:
 class TeacherForcingForward:
     """Flow predictions for the noisy twins of a clip, differentiable in the model's weights."""
 
-    def __init__(self, model, num_frames: int, frames_per_block: int, frame_hw: tuple):
+    def __init__(self, model, num_frames: int, frames_per_block: int, frame_hw: tuple,
+                 rope_max_distance: int | None = None):
         probe = CausalRunner(model)
         self.grid_hw = probe.grid_hw(*frame_hw)
         self.seam = TeacherForcingAttention(num_frames, frames_per_block, self.grid_hw, probe.geometry.head_dim,
-                                            device=probe.device)
+                                            device=probe.device, rope_max_distance=rope_max_distance)
         self.runner = CausalRunner(model, attention=self.seam)
         self.num_frames = num_frames
         self.clean_frames, self.noisy_frames = split_frames(num_frames, frames_per_block)
