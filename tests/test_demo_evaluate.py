@@ -93,3 +93,17 @@ def test_colour_masks_pick_the_nearest_palette_colour_within_tolerance():
     masks = colour_masks(pixels.T.reshape(1, 3, 1, 4), pal, Thresholds().colour_tolerance)[0, :, 0]
     assert masks[0].tolist() == [True, True, False, False]
     assert masks[3].tolist() == [False, False, False, True]
+
+
+def test_per_frame_backgrounds_judge_a_moving_background():
+    """A camera panning one pixel per frame (the background rolled sideways, sprites left where they are): judged
+    against each frame's own background it passes; against the first frame's, it fails on the background."""
+    scene, video = _scene_video(1, 60)
+    background = scene.background()
+    moving = torch.stack([background.roll(t, dims=-1) for t in range(60)])
+    panned = video - background + moving
+    report = evaluate_rollout(panned, moving, reference_areas=scene.sprite_areas())
+    assert report["passed"], report["summary"]
+    assert not evaluate_rollout(panned, background, reference_areas=scene.sprite_areas())["checks"]["background"]
+    with pytest.raises(ValueError, match="per-frame backgrounds"):
+        evaluate_rollout(panned, moving[:-1])

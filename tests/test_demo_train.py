@@ -7,7 +7,7 @@ from comfyui_fastar.tools.cli import main as fastar_main
 from comfyui_fastar.tools.demo.data import sprite_weights, training_batch
 from comfyui_fastar.tools.demo.model import load_demo_model
 from comfyui_fastar.tools.demo.settings import ROPE_MAX_DISTANCE, TRAIN_CLIP_FRAMES, WEIGHTS_FILE
-from comfyui_fastar.tools.demo.train import TrainRecipe, train_demo
+from comfyui_fastar.tools.demo.train import Trainer, TrainRecipe, train_demo
 
 
 @pytest.fixture(autouse=True)
@@ -67,6 +67,39 @@ def test_a_new_phase_continues_from_another_runs_state(tmp_path):
     training = load_demo_model(second / WEIGHTS_FILE).metadata["training"]
     assert training["total_steps"] == 2 and len(training["earlier_phases"]) == 1
     assert training["earlier_phases"][0]["steps"] == 1
+
+
+def test_a_run_can_start_from_a_weights_file_with_a_smaller_vocabulary(tmp_path, monkeypatch):
+    from comfyui_fastar.tools.demo import train as train_module
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    full = train_module.default_vocabulary()
+    monkeypatch.setattr(train_module, "default_vocabulary", lambda: [w for w in full if w != "while"])
+    train_demo(first, steps=1, batch=1, threads=1, report=False, log=lambda m: None)
+    monkeypatch.undo()
+    train_demo(second, steps=1, batch=1, threads=1, report=False, log=lambda m: None,
+               init_from=first / WEIGHTS_FILE)
+    a, b = load_demo_model(first / WEIGHTS_FILE), load_demo_model(second / WEIGHTS_FILE)
+    assert "while" in b.tokenizer.vocabulary and "while" not in a.tokenizer.vocabulary
+    training = b.metadata["training"]
+    assert training["total_steps"] == 2 and training["earlier_phases"][0]["weights_file"] == WEIGHTS_FILE
+    word = "circle"  # a word both know starts the second run from the first run's embedding (one step away)
+    ea = a.text_encoder.token.weight[a.tokenizer.ids[word]]
+    eb = b.text_encoder.token.weight[b.tokenizer.ids[word]]
+    assert (ea - eb).abs().max() < 0.05
+
+
+def test_rollout_context_is_the_ema_weights_own_sampled_continuation_of_the_first_chunk(tmp_path):
+    trainer = Trainer(tmp_path, TrainRecipe(batch=2, clip_frames=9, p_rollout_context=1.0), seed=0, log=lambda m: None)
+    batch = training_batch(seed=0, step=0, batch=2, frames=9, size=24)
+    g = torch.Generator().manual_seed(0)
+    context = trainer._rollout_context(batch.video.clone(), batch.video, batch.prompts, g)
+    assert torch.equal(context[:, :, :3], batch.video[:, :, :3])  # the rendered start stays
+    assert not torch.allclose(context[:, :, 3:], batch.video[:, :, 3:])  # the rest is the model's own
+    assert torch.isfinite(context).all()
+    again = trainer._rollout_context(batch.video.clone(), batch.video, batch.prompts, torch.Generator().manual_seed(0))
+    assert torch.equal(context, again)
+    trainer.train_step()  # a whole step with rollout contexts runs
 
 
 def test_sprite_weights_cover_sprites_and_their_trails_only():

@@ -68,8 +68,10 @@ def colour_masks(frames: torch.Tensor, palette: torch.Tensor, tolerance: float) 
 
 
 def trimmed_background_psnr(frames, background, drop_pixels: int) -> torch.Tensor:
-    """Per-frame PSNR (peak-to-peak 2, i.e. [0, 1] scaled) over all but the ``drop_pixels`` worst pixels."""
-    err = (frames.clamp(-1, 1) - background[None]).square().mean(dim=1).flatten(1)  # [T, H*W]
+    """Per-frame PSNR (peak-to-peak 2, i.e. [0, 1] scaled) over all but the ``drop_pixels`` worst pixels.
+    ``background``: ``[3, H, W]`` (a still camera) or one per frame ``[T, 3, H, W]``."""
+    reference = background if background.ndim == 4 else background[None]
+    err = (frames.clamp(-1, 1) - reference).square().mean(dim=1).flatten(1)  # [T, H*W]
     keep = err.shape[1] - min(drop_pixels, err.shape[1] - 1)
     kept = err.sort(dim=1).values[:, :keep]
     mse = kept.mean(dim=1)
@@ -104,7 +106,9 @@ def window_spans(track: torch.Tensor, window: int) -> torch.Tensor:
 def evaluate_rollout(frames, background, palette=None, start_frames: int = 3, reference_areas: dict | None = None,
                      thresholds: Thresholds | None = None) -> dict:
     """Per-frame curves and a pass/fail verdict for a rollout ``frames`` that began with ``start_frames``
-    rendered frames. ``palette``: a ``{name: (r, g, b) in [0, 1]}`` dict or ``[K, 3]`` tensor in [-1, 1].
+    rendered frames. ``background``: the clean background ``[3, H, W]``, or one per frame ``[T, 3, H, W]`` for a
+    panning camera (``Scene.backgrounds``). ``palette``: a ``{name: (r, g, b) in [0, 1]}`` dict or ``[K, 3]``
+    tensor in [-1, 1].
 
     ``reference_areas``: ``{colour: pixels}`` of the scene's sprites when known (``Scene.sprite_areas``), so a
     sprite half hidden behind another at the start is judged by its real size and is no "new" colour later.
@@ -112,6 +116,8 @@ def evaluate_rollout(frames, background, palette=None, start_frames: int = 3, re
     th = thresholds or Thresholds()
     frames = as_frames(frames)
     background = background.float()
+    if background.ndim == 4 and background.shape[0] != frames.shape[0]:
+        raise ValueError(f"per-frame backgrounds cover {background.shape[0]} frames, the video {frames.shape[0]}")
     names, pal = _palette(palette)
     masks = colour_masks(frames, pal, th.colour_tolerance)
     areas = masks.sum(dim=(2, 3)).float()  # [T, K]
@@ -143,8 +149,9 @@ def evaluate_rollout(frames, background, palette=None, start_frames: int = 3, re
         spans = window_spans(tracks[start_frames:, k], th.motion_window)
         motion[names[k]] = float((spans >= th.motion_min_span_px).float().mean()) if len(spans) else 0.0
 
-    flat = background.mean(dim=(1, 2), keepdim=True).expand_as(background)
-    flat_psnr = float(trimmed_background_psnr(flat[None], background, drop)[0])
+    per_frame = background if background.ndim == 4 else background[None]
+    flat = per_frame.mean(dim=(-2, -1), keepdim=True).expand_as(per_frame)
+    flat_psnr = float(trimmed_background_psnr(flat, per_frame, drop).median())
     background_bar = max(th.background_psnr_db, flat_psnr + th.background_margin_db)
     checks = {
         "background": bool(psnr_low >= background_bar),

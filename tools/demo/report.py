@@ -183,7 +183,7 @@ clean pass at context noise {meta['context_noise']}, image-to-video from a rende
 - Context corruption against drift: with probability {recipe['p_context_corruption']} per chunk the clean context
   is blurred (mix up to 0.6) and noised (std up to 0.08) but still labelled clean (t = 0); with probability
   {recipe.get('p_own_context', 0.0)} per clip the context chunks after the first are replaced by the model's own
-  one-step x0 predictions (from the sampler's step sigmas).
+  one-step x0 predictions (from the sampler's step sigmas){_rollout_context_text(recipe)}.
 - Loss weight {recipe.get('sprite_loss_weight', 1.0)}x on pixels where a sprite is or just was (its trail).
 - AdamW (lr {recipe['lr']}, betas 0.9/0.99, weight decay {recipe['weight_decay']}), {recipe['warmup_steps']} warm-up
   steps then cosine decay over {recipe['steps']} steps or the wall-time budget, whichever runs out first,
@@ -223,18 +223,30 @@ Generated {time.strftime('%Y-%m-%d')} by `fastar train-demo`.
     (out_dir / "MODEL_CARD.md").write_text(card)
 
 
+def _rollout_context_text(recipe: dict) -> str:
+    p = recipe.get("p_rollout_context", 0.0)
+    if not p:
+        return ""
+    return (f"; with probability {p} per clip, by the EMA weights' own rollout from the clip's first chunk with "
+            "the engine's sampler (every chunk conditioned on the ones it generated, detached; the targets stay the "
+            "rendered clip)")
+
+
 def _phases_text(training: dict) -> str:
     """One line per phase: steps, wall time and how its recipe differs from the final one."""
     final = training["recipe"]
     phases = [*training.get("earlier_phases", []), {"steps": training["steps"], "recipe": final,
                                                      "wall_seconds": training["wall_seconds"]}]
-    defaults_before = {"sprite_loss_weight": 1.0, "p_own_context": 0.0}  # what a recipe without the field did
+    # What a recipe without the field did.
+    defaults_before = {"sprite_loss_weight": 1.0, "p_own_context": 0.0, "p_rollout_context": 0.0}
     lines = []
     for i, p in enumerate(phases, 1):
         recipe = {**defaults_before, **p["recipe"]}
         changed = {k: recipe[k] for k in final if recipe.get(k) != final[k]}
         note = f" (differs from the final recipe in: {changed})" if changed else ""
         start = "from scratch" if i == 1 else "continuing phase " + str(i - 1)
+        if "weights_file" in p:  # started from a weights file, its own phases summed
+            start = f"the weights file {p['weights_file']}"
         lines.append(f"- phase {i}, {start}: {p['steps']} steps, {p['wall_seconds'] / 60:.0f} min{note}")
     total = training.get("total_steps", training["steps"])
     wall = training.get("total_wall_seconds", training["wall_seconds"])

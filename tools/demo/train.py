@@ -23,6 +23,11 @@ from pathlib import Path
 
 import torch
 
+from ...fastar_core.attention import DenseAttention
+from ...fastar_core.caches import CacheSpec
+from ...fastar_core.runner import CausalRunner
+from ...fastar_core.sampler import ARSampler, RolloutConfig
+from ...fastar_core.schedule import custom_schedule
 from ...fastar_core.wan_model import WanModel
 from .data import corrupt_context, sprite_weights, step_generator, training_batch, training_sigmas
 from .settings import (
@@ -60,8 +65,9 @@ class TrainRecipe:
     ema_decay: float = 0.995
     p_context_corruption: float = 0.5
     p_schedule_sigma: float = 0.4
-    sprite_loss_weight: float = 4.0  # loss weight of pixels where a sprite is or just was
+    sprite_loss_weight: float = 4.0  # loss weight of a sprite's pixels and trail (scaled per sprite by its area)
     p_own_context: float = 0.25  # per clip: context chunks replaced by the model's own one-step predictions
+    p_rollout_context: float = 0.0  # per clip: context chunks replaced by the EMA model's own sampled rollout
 
     def lr_at(self, step: int, time_fraction: float = 0.0) -> float:
         """Warm-up, then cosine decay driven by whichever runs out first: the steps or the wall-time budget
@@ -70,6 +76,13 @@ class TrainRecipe:
             return self.lr * (step + 1) / self.warmup_steps
         progress = min(1.0, max((step - self.warmup_steps) / max(1, self.steps - self.warmup_steps), time_fraction))
         return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _safetensors_metadata(path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt", device="cpu") as f:
+        return f.metadata() or {}
 
 
 def init_models(seed: int, vocabulary: list) -> tuple[WanModel, TextEncoder]:
@@ -98,7 +111,8 @@ class Trainer:
         params = list(self.model.parameters()) + list(self.text_encoder.parameters())
         self.optimizer = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay,
                                            betas=(0.9, 0.99))
-        self.forward = TeacherForcingForward(self.model, recipe.clip_frames, FRAMES_PER_BLOCK, FRAME_HW)
+        self.forward = TeacherForcingForward(self.model, recipe.clip_frames, FRAMES_PER_BLOCK, FRAME_HW,
+                                             rope_max_distance=ROPE_MAX_DISTANCE)
         self.step = 0
         self.elapsed = 0.0
         self.losses: list[float] = []
@@ -136,6 +150,35 @@ class Trainer:
         earlier = {"seed": state["seed"], "steps": state["step"], "wall_seconds": round(state["elapsed"], 1),
                    "recipe": state["recipe"], "losses": state["losses"]}
         self.phases = [*state.get("phases", []), earlier]
+
+    def warm_start_from_weights(self, path) -> None:
+        """Start from a demo weights file (e.g. the bundled one): its (fp16) weights become both the live and the
+        EMA weights, the optimizer starts afresh. Words new to this vocabulary get fresh embeddings; words the
+        file knows keep theirs. The file's training summary is kept as an earlier phase."""
+        from safetensors.torch import load_file
+
+        from .settings import MODEL_PREFIX
+        from .text import STATE_PREFIX
+
+        tensors = load_file(str(path))
+        meta = json.loads(_safetensors_metadata(path)["demo"])
+        model_state = {k[len(MODEL_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(MODEL_PREFIX)}
+        text_state = {k[len(STATE_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(STATE_PREFIX)}
+        embedding = self.text_encoder.token.weight.detach().clone()
+        old_ids = {w: i for i, w in enumerate(meta["vocabulary"])}
+        for i, word in enumerate(self.vocabulary):
+            if word in old_ids:
+                embedding[i] = text_state["token.weight"][old_ids[word]]
+        text_state["token.weight"] = embedding
+        for live, ema, state in ((self.model, self.ema_model, model_state),
+                                 (self.text_encoder, self.ema_text, text_state)):
+            live.load_state_dict(state)
+            ema.load_state_dict(state)
+        training = meta["training"]
+        self.phases = [{"seed": training["seed"], "steps": training.get("total_steps", training["steps"]),
+                        "wall_seconds": training.get("total_wall_seconds", training["wall_seconds"]),
+                        "recipe": training["recipe"], "losses": [], "weights_file": str(Path(path).name),
+                        "frame_size": meta["frame_size"]}]
 
     def demo_metadata(self) -> dict:
         return {
@@ -184,6 +227,8 @@ class Trainer:
         text = self.forward.encode_text(self.text_encoder(self.tokenizer.batch(batch.prompts)))
         if r.p_own_context > 0:
             context = self._own_context(context, x0, text, g)
+        if r.p_rollout_context > 0:
+            context = self._rollout_context(context, x0, batch.prompts, g)
         flow = self.forward(context, noisy, torch.zeros_like(sigma), 1000.0 * sigma, text)
         twins = slice(self.forward.noisy_frames.start, self.forward.noisy_frames.stop)
         weights = sprite_weights(batch, r.sprite_loss_weight)[:, :, twins]
@@ -219,6 +264,31 @@ class Trainer:
         return torch.where(use[:, None, None, None, None], replaced, context)
 
     @torch.no_grad()
+    def _rollout_context(self, context, x0, prompts, g) -> torch.Tensor:
+        """For some clips, replace the context chunks after the first by what the EMA weights (the ones that get
+        saved) sample from the clip's rendered first chunk with the engine's own sampler: each chunk conditioned
+        on the chunks it generated before, so the context carries the errors a rollout accumulates several
+        chunks deep (Self-Forcing's and Diffusion Forcing's point), detached. The targets stay the rendered
+        clip, so the model learns to pull a drifting rollout back to the scene."""
+        B = x0.shape[0]
+        use = torch.rand(B, generator=g) < self.recipe.p_rollout_context
+        seed = int(torch.randint(2**31 - 1, (), generator=g))
+        if not use.any():
+            return context
+        rows = torch.nonzero(use).flatten()
+        first = FRAMES_PER_BLOCK
+        generate = self.forward.clean_frames.stop - first  # context frames after the first chunk
+        text = self.ema_text(self.tokenizer.batch([prompts[i] for i in rows.tolist()]))
+        runner = CausalRunner(self.ema_model, attention=DenseAttention(rope_max_distance=ROPE_MAX_DISTANCE))
+        cfg = RolloutConfig(num_frames=generate, latent_height=FRAME_HW[0], latent_width=FRAME_HW[1],
+                            frames_per_block=FRAMES_PER_BLOCK, schedule=custom_schedule(DEMO_SIGMAS), seed=seed,
+                            cache=CacheSpec("global"), context_noise=0.0, channels=CHANNELS, batch=len(rows))
+        rolled = ARSampler(runner).generate(text, cfg, initial_latents=x0[rows, :, :first]).latent
+        replaced = context.clone()
+        replaced[rows, :, first:first + generate] = rolled[:, :, first:first + generate].to(context)
+        return replaced
+
+    @torch.no_grad()
     def _update_ema(self) -> None:
         # Short warm-up of the decay so early weights do not linger in the average (counted over all phases,
         # so a continued run keeps its average).
@@ -231,18 +301,20 @@ class Trainer:
 
 def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, seed: int = 0,
                threads: int | None = 2, resume: bool = True, checkpoint_minutes: float = 10.0,
-               report: bool = True, batch: int | None = None, init_from=None, log=_print_now) -> dict:
+               report: bool = True, batch: int | None = None, init_from=None, log=_print_now,
+               recipe_overrides: dict | None = None) -> dict:
     """Train (or resume) the demo model into ``out_dir``; returns a summary dict.
 
     ``steps`` fixes the run (and its LR schedule); ``minutes`` caps the wall time (total over resumes).
     With ``report`` the finished weights are evaluated and MODEL_CARD.md, loss.png, samples.png written.
-    ``init_from``: another run's ``train_state.pt`` to continue from as a new phase (ignored when resuming).
+    ``init_from``: another run's ``train_state.pt`` to continue from as a new phase, or a demo weights file
+    (``.safetensors``) to start from with a fresh optimizer (ignored when resuming).
     """
     if threads:
         torch.set_num_threads(threads)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    recipe = TrainRecipe()
+    recipe = TrainRecipe(**(recipe_overrides or {}))
     if steps is not None:
         recipe = TrainRecipe(**{**asdict(recipe), "steps": int(steps)})
     if batch is not None:
@@ -252,6 +324,9 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
     if resume and state_path.is_file():
         trainer.load_state_dict(torch.load(state_path, map_location="cpu", weights_only=False))
         log(f"resumed at step {trainer.step} ({trainer.elapsed / 60:.1f} min so far)")
+    elif init_from is not None and str(init_from).endswith(".safetensors"):
+        trainer.warm_start_from_weights(init_from)
+        log(f"initialised from the weights {init_from} ({trainer.phases[-1]['steps']} steps)")
     elif init_from is not None:
         trainer.warm_start(torch.load(init_from, map_location="cpu", weights_only=False))
         log(f"initialised from {init_from} ({trainer.phases[-1]['steps']} steps)")
@@ -288,17 +363,19 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--batch", type=int, default=None, help=f"clips per step (default {TrainRecipe.batch})")
     p.add_argument("--fresh", action="store_true", help="ignore a saved training state in --out")
-    p.add_argument("--init-from", help="train_state.pt of an earlier run to continue from as a new phase")
+    p.add_argument("--init-from", help="train_state.pt of an earlier run to continue from as a new phase, "
+                   "or a demo .safetensors to start from")
     p.add_argument("--checkpoint-minutes", type=float, default=10.0)
     p.add_argument("--no-report", action="store_true", help="skip the evaluation and model card")
     p.add_argument("--report-only", action="store_true", help="only evaluate the weights in --out and write the card")
+    p.add_argument("--notes", help="a Markdown file whose text goes into the model card under the verdict")
     args = p.parse_args(argv)
     if args.report_only:
         from .report import write_report
 
         if args.threads:
             torch.set_num_threads(args.threads)
-        write_report(Path(args.out))
+        write_report(Path(args.out), notes=Path(args.notes).read_text() if args.notes else "")
         return 0
     train_demo(args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
                resume=not args.fresh, checkpoint_minutes=args.checkpoint_minutes, report=not args.no_report,
