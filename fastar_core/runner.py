@@ -29,6 +29,7 @@ class Geometry:
     freq_dim: int
     out_dim: int
     text_dim: int
+    text_len: int = 512  # prompts are zero-padded to this many tokens before text_embedding
 
     @property
     def head_dim(self) -> int:
@@ -39,10 +40,10 @@ def read_geometry(model) -> Geometry:
     cfg = getattr(model, "config", None)
     if cfg is not None and hasattr(cfg, "head_dim"):
         return Geometry(cfg.dim, cfg.num_heads, cfg.num_layers, tuple(cfg.patch_size), cfg.freq_dim, cfg.out_dim,
-                        cfg.text_dim)
+                        cfg.text_dim, getattr(cfg, "text_len", 512))
     # ComfyUI's WanModel keeps these as attributes.
     return Geometry(model.dim, model.num_heads, len(model.blocks), tuple(model.patch_size), model.freq_dim,
-                    model.out_dim, model.text_dim)
+                    model.out_dim, model.text_dim, getattr(model, "text_len", 512))
 
 
 @dataclass
@@ -94,13 +95,18 @@ class CausalRunner:
 
     @torch.no_grad()
     def encode_text(self, context: torch.Tensor) -> TextState:
-        """Project a prompt ``[B, L, text_dim]`` through ``text_embedding`` and every layer's cross-attn K/V."""
+        """Project a prompt ``[B, L, text_dim]`` through ``text_embedding`` and every layer's cross-attn K/V.
+
+        A prompt shorter than the model's ``text_len`` is zero-padded to it first, as Wan's own forward does
+        before ``text_embedding``: the pad rows become keys the model was trained to attend to (T5 features
+        from ComfyUI arrive padded already; a bare conditioning file may not)."""
         if context.ndim != 3 or context.shape[-1] != self.geometry.text_dim:
             raise FastARError(
                 f"conditioning has shape {list(context.shape)}; expected [batch, tokens, {self.geometry.text_dim}]"
             )
         if not torch.isfinite(context).all():
             raise FastARError("conditioning contains NaN or infinite values")
+        context = pad_text(context, self.geometry.text_len)
         ctx = self.model.text_embedding(context.to(device=self.device, dtype=self.dtype))
         ks, vs = [], []
         for blk in self.model.blocks:
@@ -195,6 +201,14 @@ class CausalRunner:
         c = out.shape[-1] // (pt * ph * pw)
         out = out.view(B, F, gh, gw, pt, ph, pw, c).permute(0, 7, 1, 4, 2, 5, 3, 6)
         return out.reshape(B, c, F * pt, gh * ph, gw * pw).float()
+
+
+def pad_text(context: torch.Tensor, text_len: int) -> torch.Tensor:
+    """Zero rows appended up to ``text_len`` tokens; longer prompts pass unchanged (ComfyUI accepts them)."""
+    missing = text_len - context.shape[1]
+    if missing <= 0:
+        return context
+    return torch.cat([context, context.new_zeros(context.shape[0], missing, context.shape[2])], dim=1)
 
 
 def flow_to_x0(x_t: torch.Tensor, flow: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:

@@ -22,8 +22,8 @@ what it replaces and why; none touches the math of a forward or of the sampling 
 - package ``__init__`` files (``wan``, ``wan.modules``, ``pipeline``, ``model``, ...) are not executed: they
   import the T5 encoder, the VAE, tokenizers (``ftfy``, ``transformers``), training pipelines and distributed
   code that inference from given text features and latents never runs; modules are imported one by one;
-  the T5, tokenizer, VAE and CLIP modules are placeholders that raise if used; ``demo_utils.memory`` (``torch.cuda.current_device()`` at import) is a stand-in
-  with ``gpu = cpu``.
+  the T5, tokenizer, VAE and CLIP modules are placeholders that raise if used; ``demo_utils.memory`` and
+  ``utils.memory`` (``torch.cuda.current_device()`` at import) are stand-ins with ``gpu = cpu``.
 - geometry constants written for the 1.3B model at 480x832 (1560 tokens per frame, 32760 = 21 frames of
   them, 30 blocks, 12 heads x 128) are rewritten to the tiny model's values, listed per reference in the
   test file; each rewrite must match the expected number of occurrences, so a changed reference fails loudly.
@@ -78,6 +78,9 @@ class ReferenceSpec:
     empty_packages: tuple = ("wan", "wan.modules", "wan.utils", "pipeline", "utils", "model", "demo_utils")
     # Modules replaced by placeholders whose every name raises when used: text encoder, tokenizer, VAE, CLIP.
     unused_modules: tuple = ("wan.modules.t5", "wan.modules.tokenizers", "wan.modules.vae", "wan.modules.clip")
+    # Server / IO libraries imported at module level but never reached by the code under test.
+    inert_modules: tuple = ()
+    extra_modules: dict = field(default_factory=dict)
 
 
 def _sdpa_attention(q, k, v, q_lens=None, k_lens=None, dropout_p=0.0, softmax_scale=None, q_scale=None,
@@ -106,7 +109,9 @@ def _diffusers_stub(tiny_config: dict) -> dict:
     class ModelMixin(torch.nn.Module):
         @classmethod
         def from_pretrained(cls, path, **kwargs):
-            return cls(**{**tiny_config, **kwargs})
+            model = cls(**{**tiny_config, **kwargs})
+            model.config = types.SimpleNamespace(**{**tiny_config, **kwargs})  # what register_to_config keeps
+            return model
 
     configuration_utils.ConfigMixin = ConfigMixin
     configuration_utils.register_to_config = register_to_config
@@ -148,6 +153,39 @@ def _unused_module(name: str) -> types.ModuleType:
 
         Unused.__name__ = attr
         return Unused
+
+    module.__getattr__ = __getattr__
+    return module
+
+
+class _Inert:
+    """Anything: attribute access and calls give another ``_Inert``; used as a decorator it returns the
+    function unchanged (``@app.get("/")``)."""
+
+    def __init__(self, *a, **k):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return args[0]
+        return _Inert()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Inert()
+
+
+def inert_module(name: str) -> types.ModuleType:
+    """A server/IO library (FastAPI, msgpack, OpenCV, ...) imported at module level and never used by the
+    inference code under test."""
+    module = types.ModuleType(name)
+    module.__path__ = []
+
+    def __getattr__(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Inert
 
     module.__getattr__ = __getattr__
     return module
@@ -243,13 +281,19 @@ def reference_modules(spec: ReferenceSpec, tiny_config: dict):
     stubs = {**_diffusers_stub(tiny_config), **_einops_stub(), "flash_attn": None, "flash_attn_interface": None,
              "demo_utils.memory": _memory_stub(), "utils.memory": _memory_stub()}
     stubs.update({name: _unused_module(name) for name in spec.unused_modules})
+    stubs.update({name: inert_module(name) for name in spec.inert_modules})
+    stubs.update(spec.extra_modules)
     for pkg in spec.empty_packages:
         module = types.ModuleType(pkg)
         module.__path__ = [str(root.joinpath(*pkg.split(".")))]
         stubs[pkg] = module
-    saved = {k: sys.modules.get(k) for k in ("flash_attn", "flash_attn_interface")}
+    saved = {k: sys.modules.get(k) for k in stubs}
     original_compile = torch.compile
     sys.modules.update(stubs)
+    for name, module in stubs.items():  # ``import a.b.c as x`` reads the parents' attributes
+        parent, _, child = name.rpartition(".")
+        if parent in stubs and module is not None:
+            setattr(stubs[parent], child, module)
     sys.meta_path.insert(0, finder)
     torch.compile = lambda fn=None, *a, **k: fn if fn is not None else (lambda f: f)
     try:
@@ -261,7 +305,7 @@ def reference_modules(spec: ReferenceSpec, tiny_config: dict):
         torch.compile = original_compile
         sys.meta_path.remove(finder)
         _clear_reference_modules()
-        for k, v in saved.items():
+        for k, v in saved.items():  # every stand-in leaves; what was imported before comes back
             if v is None:
                 sys.modules.pop(k, None)
             else:

@@ -35,6 +35,7 @@ import sys
 import types
 
 import pytest
+import reference_harness as rh
 import torch
 
 from comfyui_fastar.fastar_core.checkpoint import load_wan_model
@@ -44,8 +45,6 @@ from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
 from comfyui_fastar.fastar_core.wan_config import WanConfig
 from comfyui_fastar.fastar_core.wan_model import random_wan
-
-import reference_harness as rh
 
 pytestmark = pytest.mark.skipif(not rh.REFERENCE_DIR, reason="FASTAR_REFERENCE_DIR is not set (see "
                                 "tools/extract_references.py)")
@@ -383,3 +382,150 @@ def test_causvid_21_frames(checkpoint):
         unused_modules=tuple(f"{wan_base}.modules.{m}" for m in ("t5", "tokenizers", "vae", "clip")))
     err = report("CausVid", ours, ref, 21)
     assert err <= TOLERANCE
+
+
+# -- Causal Forcing++ (frame-wise, 1 and 2 steps, 4-step first frame) -------------------------------------------
+@pytest.mark.parametrize("steps", [1, 2])
+def test_causal_forcing_plus_plus_45_frames(checkpoint, steps):
+    cond, noise = prompt(), start_noise(45)
+    config = f"configs/causal_forcing_dmd_framewise_{steps}step.yaml"
+    args = reference_args("causal_forcing", CF_DEFAULT, config, model_kwargs={"local_attn_size": 21, "sink_size": 0})
+    schedule = {1: [1000], 2: [1000, 500]}[steps]
+    ours, draws = run_pack(checkpoint, cond, noise, schedule=warped(schedule),
+                           **first_chunk(warped([1000, 750, 500, 250])), frames_per_block=1,
+                           cache=window_spec(sink=0, attend=21, fpb=1))
+    ref = chunk_pipeline_run("causal_forcing", "pipeline.causal_inference", "CausalInferencePipeline", checkpoint,
+                             args, noise, draws, cond)
+    err = report(f"Causal Forcing++ {steps}-step", ours, ref, 45)
+    assert err <= TOLERANCE
+
+
+def warped(steps):
+    from comfyui_fastar.fastar_core.schedule import DenoisingSchedule, warp_steps
+
+    return DenoisingSchedule("warped", tuple(warp_steps(steps, 5.0)), 5.0)
+
+
+def first_chunk(schedule):
+    """The first-chunk schedule, where the pack has one (CF++ denoises its first frame with 4 steps)."""
+    fields = RolloutConfig.__dataclass_fields__
+    return {"first_chunk_schedule": schedule} if "first_chunk_schedule" in fields else {}
+
+
+# -- Krea Realtime (KV recompute) --------------------------------------------------------------------------------
+KREA_SERVER = "release_server"
+
+
+def krea_rewrites():
+    return [
+        *geometry("pipeline.causal_inference", blocks=False, heads=0),
+        rh.Rewrite("wan.modules.causal_model", "            frame_seqlen = 1560",
+                   f"            frame_seqlen = {TPF}"),
+        rh.Rewrite("wan.modules.causal_model", SF_ATTENTION, SF_ATTENTION.replace("32760", str(21 * TPF))
+                   .replace("1560", str(TPF))),
+        rh.Rewrite("wan.modules.model", "device=torch.cuda.current_device(), dtype=torch.float64",
+                   "device=position.device, dtype=torch.float64"),
+        rh.Rewrite("wan.modules.model", "            dtype = torch.bfloat16", "            dtype = q.dtype", 2,
+                   why="its cross-attention's inline SDPA fallback casts to bf16"),
+        # CUDA-only pieces of the server module: the device, its streams and events, bf16/fp16 casts.
+        rh.Rewrite(KREA_SERVER, "torch.cuda.current_device()", '"cpu"', 7),
+        rh.Rewrite(KREA_SERVER, "upload_stream = torch.cuda.Stream(device=gpu)", "upload_stream = None"),
+        rh.Rewrite(KREA_SERVER, "download_stream = torch.cuda.Stream(device=gpu)", "download_stream = None"),
+        rh.Rewrite(KREA_SERVER, "torch.bfloat16", "torch.float32", 11),
+        rh.Rewrite(KREA_SERVER, ".half()", ".float()", 2),
+        rh.Rewrite(KREA_SERVER, "        event = torch.cuda.Event()\n        event.record()", "        event = None"),
+    ]
+
+
+class KreaLatentDecoder(torch.nn.Module):
+    """Stands in for Krea's streaming VAE decoder: each latent frame becomes as many "pixel" frames as the Wan
+    VAE gives it (1 for the video's first, 4 after), each a copy of the latent, so the frame the server later
+    re-encodes is a known latent frame."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = True
+
+    def forward(self, latents, *cache):
+        repeats = [1 if (self.first and i == 0) else 4 for i in range(latents.shape[1])]
+        self.first = False
+        return torch.repeat_interleave(latents, torch.tensor(repeats), dim=1), list(cache)
+
+
+def krea_encode_stand_in(vae, cache, resample_to=16, max_frames=81, video_path_or_url=None, frames=None,
+                         height=None, width=None, stream=False, dtype=None):
+    """Stands in for ``v2v.encode_video_latent`` of one decoded frame: the latent it was decoded from, as is."""
+    return frames.float().permute(1, 0, 2, 3), cache
+
+
+@pytest.mark.parametrize("keep_first_frame", [True, False])
+def test_krea_recompute_45_frames(checkpoint, keep_first_frame):
+    cond, noise = prompt(), start_noise(45)
+    ours, draws = run_pack(checkpoint, cond, noise, schedule="krea", **krea_cache(keep_first_frame))
+    args = reference_args("krea_realtime", "configs/default_config.yaml", "configs/self_forcing_server_14b.yaml")
+
+    def body():
+        server = rh.import_module(KREA_SERVER)
+        server.encode_video_latent = krea_encode_stand_in
+        server.log.setLevel("WARNING")
+        wrapper = rh.import_module("utils.wan_wrapper")
+        transformer = wrapper.WanDiffusionWrapper(model_name="Wan2.1-T2V-14B", timestep_shift=5.0, is_causal=True)
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)["generator_ema"]
+        transformer.load_state_dict(state)
+        decoder = KreaLatentDecoder()
+        pipeline = rh.import_module("pipeline.causal_inference").CausalInferencePipeline(
+            args, device="cpu", generator=transformer, text_encoder=TextFeatures({"p": cond}), vae=decoder)
+        models = server.Models(pipeline.text_encoder, transformer, pipeline, None, decoder)
+        params = server.GenerateParams(prompt="p", width=LATENT_HW[1] * 8, height=LATENT_HW[0] * 8, seed=0,
+                                       kv_cache_num_frames=3, num_blocks=15, num_denoising_steps=5,
+                                       keep_first_frame=keep_first_frame)
+        initial = rh.NoiseDraw(-1, 0, noise)
+        with rh.NoiseTape([initial] + draws, rh.frames_first).patched():
+            session = server.GenerationSession(params, args, frame_callback=lambda *a: None,
+                                               models=models)
+            for _ in range(15):
+                session.generate_block_internal(models)
+        return session.all_latents.permute(0, 2, 1, 3, 4)
+
+    inert = ("fastapi", "fastapi.middleware", "fastapi.middleware.cors", "fastapi.responses", "msgpack", "cv2",
+             "requests", "PIL", "PIL.Image", "torchvision", "torchvision.transforms",
+             "torchvision.transforms.functional", "omegaconf", "dotenv")
+    ref = run_reference("krea_realtime", body, rewrites=krea_rewrites(), inert_modules=inert,
+                        extra_modules={"pydantic": pydantic_stand_in(), "settings": settings_stand_in(),
+                                       "sageattention": None},
+                        unused_modules=rh.ReferenceSpec("x").unused_modules + ("demo_utils.vae_block3",))
+    err = report(f"Krea recompute keep_first_frame={keep_first_frame}", ours, ref, 45)
+    assert err <= TOLERANCE
+
+
+def krea_cache(keep_first_frame):
+    """The pack's setting for Krea: its recompute policy where the pack has one, else the documented window."""
+    from comfyui_fastar.fastar_core import kv_cache
+
+    if "recompute" in getattr(kv_cache, "CACHE_POLICIES", ()):
+        return {"cache": CacheSpec(policy="recompute", recompute_frames=3, keep_first_frame=keep_first_frame)}
+    return {"cache": CacheSpec(policy="window", sink_frames=3, window_frames=3)}
+
+
+def pydantic_stand_in():
+    module = types.ModuleType("pydantic")
+
+    class BaseModel:
+        """Keyword construction with class defaults: all GenerateParams needs of pydantic."""
+
+        def __init__(self, **values):
+            for name in getattr(type(self), "__annotations__", {}):
+                setattr(self, name, values.pop(name, getattr(type(self), name, None)))
+            for name, value in values.items():
+                setattr(self, name, value)
+
+    module.BaseModel = BaseModel
+    module.ValidationError = type("ValidationError", (Exception,), {})
+    return module
+
+
+def settings_stand_in():
+    module = types.ModuleType("settings")
+    module.MODEL_FOLDER = "unused"
+    module.COMPILE_SHAPES = []
+    return module

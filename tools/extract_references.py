@@ -79,7 +79,8 @@ def extract(name: str, git_dir: Path, commit: str, dest: Path) -> int:
         target.write_bytes(data)
         count += 1
     if skipped:
-        print(f"{name}: {len(skipped)} files absent from the mirror, skipped: {', '.join(skipped[:5])}", file=sys.stderr)
+        print(f"{name}: {len(skipped)} files absent from the mirror, skipped: {', '.join(skipped[:5])}",
+              file=sys.stderr)
     (out / "REFERENCE_COMMIT").write_text(f"{REFERENCES[name][0]} {commit}\n")
     return count
 
