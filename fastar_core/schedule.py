@@ -2,8 +2,10 @@
 
 The distilled models take a handful of steps. Self-Forcing, LongLive and Causal Forcing use the list
 1000/750/500/250 *warped*: each entry indexes the shift-5 flow-matching training timesteps, giving
-sigma = 1, 0.9375, 0.8333, 0.625. Rolling Forcing warps 1000/800/600/400/200 the same way. CausVid passes
-1000/757/522 to the model unwarped. The model's timestep input is ``1000 * sigma``.
+sigma = 1, 0.9375, 0.8333, 0.625. Rolling Forcing warps 1000/800/600/400/200 the same way. The model's timestep
+input is ``1000 * sigma`` unless a schedule says otherwise: CausVid passes 1000/757/522 to the model unwarped and
+its sampler converts with the sigma of the nearest entry of the shift-8 training table; Krea Realtime's server
+ends its list with a step at timestep 0, whose sigma is the table's smallest (about 0.005).
 """
 
 from __future__ import annotations
@@ -24,11 +26,26 @@ def warp_steps(steps, shift: float, num_train_timesteps: int = 1000) -> list[flo
     return [shift_sigma(1.0 - (num_train_timesteps - s) / num_train_timesteps, shift) for s in steps]
 
 
+def training_table(shift: float, num_train_timesteps: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
+    """The references' ``FlowMatchScheduler(shift, sigma_min=0, extra_one_step=True)`` table, in float32 as
+    they build it: (sigmas, timesteps), from 1 down to the smallest non-zero level."""
+    sigmas = torch.linspace(1.0, 0.0, num_train_timesteps + 1)[:-1]
+    sigmas = shift * sigmas / (1 + (shift - 1) * sigmas)
+    return sigmas, sigmas * num_train_timesteps
+
+
+def table_sigma(timestep: float, shift: float) -> float:
+    """The sigma the references convert with at ``timestep``: the nearest training-table entry's."""
+    sigmas, timesteps = training_table(shift)
+    return float(sigmas.double()[torch.argmin((timesteps.double() - timestep).abs())])
+
+
 @dataclass(frozen=True)
 class DenoisingSchedule:
     name: str
     sigmas: tuple  # one per denoising step, decreasing, in (0, 1]
     shift: float | None = None
+    model_timesteps: tuple | None = None  # what the model is fed per step, when not 1000 * sigma
 
     def __post_init__(self):
         if not self.sigmas:
@@ -37,21 +54,54 @@ class DenoisingSchedule:
             raise FastARError(f"schedule sigmas must lie in (0, 1]; got {list(self.sigmas)}")
         if any(b >= a for a, b in zip(self.sigmas, self.sigmas[1:])):
             raise FastARError(f"schedule sigmas must decrease; got {list(self.sigmas)}")
+        if self.model_timesteps is not None and len(self.model_timesteps) != len(self.sigmas):
+            raise FastARError(f"a schedule needs one model timestep per sigma; got {len(self.model_timesteps)} for "
+                              f"{len(self.sigmas)}")
 
     @property
     def num_steps(self) -> int:
         return len(self.sigmas)
 
+    @property
+    def timesteps(self) -> list[float]:
+        """The model's timestep input per step."""
+        if self.model_timesteps is not None:
+            return [float(t) for t in self.model_timesteps]
+        return [1000.0 * s for s in self.sigmas]
+
     def to_dict(self) -> dict:
-        return {"name": self.name, "sigmas": [round(s, 6) for s in self.sigmas], "shift": self.shift}
+        out = {"name": self.name, "sigmas": [round(s, 6) for s in self.sigmas], "shift": self.shift}
+        if self.model_timesteps is not None:
+            out["timesteps"] = [round(t, 4) for t in self.timesteps]
+        return out
+
+
+def reference_table_schedule(name: str, timesteps, shift: float) -> DenoisingSchedule:
+    """Steps given as model timesteps, converted as the references do (nearest training-table sigma)."""
+    return DenoisingSchedule(name, tuple(table_sigma(t, shift) for t in timesteps), shift, tuple(timesteps))
+
+
+def _krea_server_schedule(steps: int = 5, shift: float = 5.0) -> DenoisingSchedule:
+    """Krea's ``get_denoising_schedule``: ``linspace(1000, 0, steps)`` as integers, warped through the table
+    with a 0 appended, so its last step runs the model at timestep 0 (server default: 5 steps)."""
+    _, timesteps = training_table(shift)
+    padded = torch.cat([timesteps, torch.zeros(1)])
+    picks = torch.linspace(1000, 0, steps, dtype=torch.float32).to(torch.long)
+    return reference_table_schedule("krea", [float(padded[1000 - int(p)]) for p in picks], shift)
 
 
 SCHEDULE_PRESETS = {
     "self-forcing": DenoisingSchedule("self-forcing", tuple(warp_steps([1000, 750, 500, 250], 5.0)), 5.0),
     "rolling-forcing": DenoisingSchedule("rolling-forcing", tuple(warp_steps([1000, 800, 600, 400, 200], 5.0)), 5.0),
-    "causvid": DenoisingSchedule("causvid", (1.0, 0.757, 0.522), 8.0),
+    "causvid": reference_table_schedule("causvid", (1000.0, 757.0, 522.0), 8.0),
+    "krea": _krea_server_schedule(),
+    # Causal Forcing++ (frame-wise): 1 or 2 steps per frame; the first frame takes the 4-step list (below).
+    "causal-forcing++-1step": DenoisingSchedule("causal-forcing++-1step", tuple(warp_steps([1000], 5.0)), 5.0),
+    "causal-forcing++-2step": DenoisingSchedule("causal-forcing++-2step", tuple(warp_steps([1000, 500], 5.0)), 5.0),
 }
-SCHEDULE_ALIASES = {"longlive": "self-forcing", "causal-forcing": "self-forcing", "krea": "self-forcing"}
+# Presets whose first chunk is denoised with another list (Causal Forcing++'s denoising_step_list_first_chunk).
+FIRST_CHUNK_SCHEDULES = {"causal-forcing++-1step": "self-forcing", "causal-forcing++-2step": "self-forcing"}
+SCHEDULE_ALIASES = {"longlive": "self-forcing", "causal-forcing": "self-forcing"}
 
 
 def get_schedule(name_or_sigmas) -> DenoisingSchedule:

@@ -26,6 +26,9 @@ SCHEDULE_PRESETS = {
     "Self-Forcing 4-step": "self-forcing",
     "Rolling Forcing 5-step": "rolling-forcing",
     "CausVid 3-step": "causvid",
+    "Krea Realtime 5-step": "krea",
+    "Causal Forcing++ 1-step": "causal-forcing++-1step",
+    "Causal Forcing++ 2-step": "causal-forcing++-2step",
 }
 # The engine's own names, so a node can never offer a choice the engine refuses.
 CACHE_POLICIES = CACHE_CHOICES
