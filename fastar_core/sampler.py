@@ -7,6 +7,9 @@ then one clean pass at ``context_noise`` writes its keys and values to the cache
 Rolling mode (Rolling Forcing): a window of up to ``num_steps`` chunks at staggered noise levels is denoised
 in one forward; each call finishes the oldest chunk, whose clean pass alone is committed.
 
+A cache that rebuilds itself (Krea Realtime's recompute) is refilled before every chunk by clean passes over
+the context it names, at positions 0..; the chunk then runs right after that context and is not committed.
+
 All noise comes from generators seeded per (seed, chunk, step); nothing reads the global RNG.
 """
 
@@ -24,7 +27,7 @@ from .caches.spec import CacheSpec
 from .errors import FastARError, GenerationCancelled
 from .prompts import PromptSchedule
 from .runner import CausalRunner, TextState, add_noise, flow_to_x0
-from .schedule import DenoisingSchedule, get_schedule
+from .schedule import FIRST_CHUNK_SCHEDULES, DenoisingSchedule, get_schedule
 
 SAMPLER_MODES = ("chunk", "rolling")
 
@@ -42,6 +45,16 @@ class RolloutConfig:
     mode: str = "chunk"
     batch: int = 1
     channels: int = 16
+    # The first generated chunk's own step list (Causal Forcing++: 4 steps for the first frame, then 1 or 2);
+    # None: the schedule preset's own choice (FIRST_CHUNK_SCHEDULES), else the main schedule.
+    first_chunk_schedule: DenoisingSchedule | str | None = None
+
+    def first_schedule(self, main: DenoisingSchedule) -> DenoisingSchedule:
+        """The first generated chunk's schedule."""
+        if self.first_chunk_schedule is not None:
+            return get_schedule(self.first_chunk_schedule)
+        preset = FIRST_CHUNK_SCHEDULES.get(main.name)
+        return get_schedule(preset) if preset else main
 
     def validate(self) -> DenoisingSchedule:
         if self.num_frames < 1:
@@ -55,7 +68,15 @@ class RolloutConfig:
         if self.latent_height < 1 or self.latent_width < 1:
             raise FastARError(f"latent size {self.latent_height}x{self.latent_width} is empty")
         self.cache.validate(self.frames_per_block)
-        return get_schedule(self.schedule)
+        schedule = get_schedule(self.schedule)
+        first = self.first_schedule(schedule)
+        if self.mode == "rolling" and first is not schedule:
+            raise FastARError("a separate first-chunk schedule needs sampler mode 'chunk' (rolling mode denoises "
+                              "several chunks together with one step list)")
+        if self.mode == "rolling" and self.cache.policy_class.rebuilds_each_chunk:
+            raise FastARError(f"the {self.cache.policy} cache rebuilds itself before every chunk, which needs "
+                              "sampler mode 'chunk'")
+        return schedule
 
 
 def noise_seed(seed: int, chunk: int, step: int) -> int:
@@ -89,17 +110,19 @@ class RolloutPlan:
     chunks: list  # (frame_start, frames) per generated chunk
     mode: str
     num_steps: int
+    first_chunk_steps: int | None = None  # when the first chunk has its own step list
 
     @property
     def total_forwards(self) -> int:
         if self.mode == "chunk":
-            return len(self.chunks) * (self.num_steps + 1)  # the steps, then the clean pass
+            extra = (self.first_chunk_steps - self.num_steps) if self.first_chunk_steps and self.chunks else 0
+            return len(self.chunks) * (self.num_steps + 1) + extra  # the steps, then the clean pass
         return len(self.chunks) + self.num_steps - 1  # one forward per window position
 
 
 def plan_rollout(cfg: RolloutConfig, schedule: DenoisingSchedule, initial_frames: int) -> RolloutPlan:
     return RolloutPlan(chunk_plan(initial_frames, cfg.num_frames, cfg.frames_per_block), cfg.mode,
-                       schedule.num_steps)
+                       schedule.num_steps, cfg.first_schedule(schedule).num_steps)
 
 
 @dataclass
@@ -135,7 +158,8 @@ class ARSampler:
     def build_cache(self, cfg: RolloutConfig, total_frames: int, grid_hw) -> KVCache:
         g = self.runner.geometry
         shape = CacheShape(num_layers=g.num_layers, batch=cfg.batch, num_heads=g.num_heads, head_dim=g.head_dim,
-                           grid_hw=grid_hw, dtype=self.runner.dtype, device=self.runner.device)
+                           grid_hw=grid_hw, dtype=self.runner.dtype, device=self.runner.device,
+                           frames_per_block=cfg.frames_per_block)
         return cfg.cache.build(shape, total_frames)
 
     def noise_source(self, cfg: RolloutConfig) -> NoiseSource:
@@ -176,7 +200,8 @@ class ARSampler:
             raise FastARError(f"initial noise has shape {list(initial_noise.shape)}; expected {list(latent.shape)} "
                               "(the output latent, initial frames included)")
         cache = self.build_cache(cfg, total, grid_hw)
-        loop = RolloutLoop(runner=self.runner, cfg=cfg, schedule=schedule, prompts=schedule_prompts, latent=latent,
+        loop = RolloutLoop(runner=self.runner, cfg=cfg, schedule=schedule, first_schedule=cfg.first_schedule(schedule),
+                           prompts=schedule_prompts, latent=latent,
                            plan=plan, cache=cache, noise=self.noise_source(cfg), initial_noise=initial_noise,
                            callback=callback, cancel=cancel, step_callback=step_callback)
         self.runner.attention.begin_rollout(self.runner.num_layers)
@@ -208,11 +233,13 @@ class RolloutLoop:
     """State of one rollout: the cache, the active prompt, the output latent, the reports."""
 
     def __init__(self, *, runner: CausalRunner, cfg: RolloutConfig, schedule: DenoisingSchedule,
-                 prompts: PromptSchedule, latent: torch.Tensor, plan: RolloutPlan, cache: KVCache, noise: NoiseSource,
+                 first_schedule: DenoisingSchedule, prompts: PromptSchedule, latent: torch.Tensor, plan: RolloutPlan,
+                 cache: KVCache, noise: NoiseSource,
                  initial_noise: torch.Tensor | None = None, callback=None, cancel=None, step_callback=None):
         self.runner = runner
         self.cfg = cfg
         self.schedule = schedule
+        self.first_schedule = first_schedule
         self.prompts = prompts
         self.latent = latent
         self.plan = plan.chunks
@@ -236,8 +263,10 @@ class RolloutLoop:
             return self.initial_noise[:, :, f0:f0 + frames].to(self.runner.device, torch.float32)
         return self.noise(chunk, 0, frames)
 
-    def _times(self, sigmas_per_frame: torch.Tensor) -> torch.Tensor:
-        return (1000.0 * sigmas_per_frame).to(self.runner.device)
+    def _times(self, schedule: DenoisingSchedule, steps, frames) -> torch.Tensor:
+        """Model timesteps ``[B, F]`` for chunks at the given step indices (one per chunk, ``frames`` each)."""
+        per_frame = [schedule.timesteps[s] for s, n in zip(steps, frames) for _ in range(n)]
+        return torch.tensor(per_frame, dtype=torch.float32).expand(self.cfg.batch, -1).to(self.runner.device)
 
     def _check_cancel(self):
         if self.cancel is not None and self.cancel():
@@ -252,14 +281,16 @@ class RolloutLoop:
         if self.runner.device.type == "cuda":
             torch.cuda.synchronize(self.runner.device)
 
-    def _info(self, chunk, step, frame_start, frames, frame_steps=None):
-        return PassInfo(chunk=chunk, step=step, num_steps=self.schedule.num_steps, frame_start=frame_start,
-                        num_frames=frames, tokens_per_frame=self.cache.tokens_per_frame, frame_steps=frame_steps)
+    def _info(self, chunk, step, frame_start, frames, frame_steps=None, num_steps=None):
+        return PassInfo(chunk=chunk, step=step, num_steps=num_steps or self.schedule.num_steps,
+                        frame_start=frame_start, num_frames=frames, tokens_per_frame=self.cache.tokens_per_frame,
+                        frame_steps=frame_steps)
 
-    def _predict_x0(self, x: torch.Tensor, sigma: torch.Tensor, info: PassInfo) -> torch.Tensor:
-        """One denoising forward: the model's flow at per-frame ``sigma``, turned into the clean estimate."""
+    def _predict_x0(self, x: torch.Tensor, sigma: torch.Tensor, times: torch.Tensor, info: PassInfo) -> torch.Tensor:
+        """One denoising forward: the model's flow at per-frame ``sigma`` (fed as ``times``), turned into the
+        clean estimate."""
         assert self.text is not None, "the prompt is encoded before the first forward"
-        flow = self.runner.forward(x, self._times(sigma), self.text, self.cache, info)
+        flow = self.runner.forward(x, times, self.text, self.cache, info)
         assert flow is not None
         return flow_to_x0(x, flow, sigma)
 
@@ -272,8 +303,9 @@ class RolloutLoop:
         if cfg.context_noise > 0:
             noise = self.noise(chunk, self.schedule.num_steps, frames)
             clean = add_noise(x0, noise, sigma.to(x0.device))
-        self.runner.forward(clean, self._times(sigma), self.text, self.cache,
-                            self._info(chunk, -1, frame_start, frames), commit=True, need_output=False)
+        times = (1000.0 * sigma).to(self.runner.device)
+        self.runner.forward(clean, times, self.text, self.cache, self._info(chunk, -1, frame_start, frames),
+                            commit=True, need_output=False)
 
     def _update_prompt(self, frame_start: int):
         idx = self.prompts.index_at(frame_start)
@@ -283,18 +315,34 @@ class RolloutLoop:
         self.prompt_index = idx
         segment = self.prompts.segments[idx]
         self.text = self.runner.encode_text(segment.context)
-        if switching and segment.recache_frames > 0:
+        # A cache rebuilt before every chunk re-encodes its context under the new prompt anyway.
+        if switching and segment.recache_frames > 0 and not self.cache.rebuilds_each_chunk:
             self._recache(frame_start, segment.recache_frames)
 
     def _recache(self, frame_start: int, n: int):
-        """LongLive's recache: re-encode the last ``n`` clean frames under the new prompt."""
-        first = max(0, frame_start - n)
+        """LongLive's recache (its ``_recache_after_switch``): the clean frames still in reach are re-encoded
+        under the new prompt in one pass, every one seeing all the others and the kept sink (whose keys stay
+        the old prompt's); at most ``n`` frames, never the sink, and for a window no more than it holds
+        besides the sink."""
+        sink = self.cfg.cache.sink_frames if self.cfg.cache.policy in ("window", "rolling", "tempcache") else 0
+        if self.cfg.cache.policy == "window":
+            n = min(n, self.cfg.cache.window_frames - sink)
+        first = max(sink, frame_start - n)
+        if first >= frame_start:
+            return
         self.cache.rewind(first)
+        self._clean_pass(-1, self.latent[:, :, first:frame_start].to(self.runner.device), first)
+
+    def _rebuild(self, frame_start: int) -> int:
+        """Krea's recompute: empty the cache, re-encode its context in block-causal chunks at positions 0..,
+        and return the position the chunk starting at ``frame_start`` runs at."""
         fpb = self.cfg.frames_per_block
-        for f in range(first, frame_start, fpb):
-            frames = min(fpb, frame_start - f)
-            x0 = self.latent[:, :, f:f + frames].to(self.runner.device)
-            self._clean_pass(-1, x0, f)
+        frames = self.cache.context_frames(frame_start, fpb)  # type: ignore[attr-defined]
+        self.cache.reset()  # type: ignore[attr-defined]
+        context = self.latent[:, :, frames].to(self.runner.device)
+        for pos in range(0, len(frames), fpb):
+            self._clean_pass(-1, context[:, :, pos:pos + fpb], pos)
+        return len(frames)
 
     def _report(self, chunk, frame_start, x0, seconds):
         self.latent[:, :, frame_start:frame_start + x0.shape[2]] = x0.to(self.latent.device)
@@ -322,25 +370,30 @@ class RolloutLoop:
 
     # -- chunk mode ---------------------------------------------------------------------------------------------
     def run_chunks(self) -> None:
-        cfg, sigmas = self.cfg, self.schedule.sigmas
+        cfg = self.cfg
         last = len(self.plan) - 1
+        rebuilds = self.cache.rebuilds_each_chunk
         for c, (f0, frames) in enumerate(self.plan):
             self._check_cancel()
             self._sync()
             t_start = time.perf_counter()
             self._update_prompt(f0)
+            schedule = self.first_schedule if c == 0 else self.schedule
+            sigmas = schedule.sigmas
+            position = self._rebuild(f0) if rebuilds else f0
             x = self._start_noise(c)
             x0 = None
             for s, sigma in enumerate(sigmas):
                 self._check_cancel()
                 sig = torch.full((cfg.batch, frames), sigma, device=self.runner.device)
-                x0 = self._predict_x0(x, sig, self._info(c, s, f0, frames))
+                info = self._info(c, s, position, frames, num_steps=schedule.num_steps)
+                x0 = self._predict_x0(x, sig, self._times(schedule, [s], [frames]), info)
                 if s + 1 < len(sigmas):
                     nxt = torch.full((cfg.batch, frames), sigmas[s + 1], device=self.runner.device)
                     x = add_noise(x0, self.noise(c, s + 1, frames), nxt)
                 self._tick()
             self._check_finite(x0, c)
-            if c < last:  # the final chunk's keys would never be read
+            if c < last and not rebuilds:  # the final chunk's keys would never be read
                 self._clean_pass(c, x0, f0)
             self._tick()
             self._sync()
@@ -364,7 +417,8 @@ class RolloutLoop:
             sig = torch.cat([torch.full((cfg.batch, self.plan[b][1]), sigmas[w - b]) for b in window], dim=1)
             sig = sig.to(self.runner.device)
             frame_steps = [w - b for b in window for _ in range(self.plan[b][1])]
-            x0_all = self._predict_x0(x, sig, self._info(newest, w - newest, f0, x.shape[2], frame_steps))
+            times = self._times(self.schedule, [w - b for b in window], [self.plan[b][1] for b in window])
+            x0_all = self._predict_x0(x, sig, times, self._info(newest, w - newest, f0, x.shape[2], frame_steps))
             offset = 0
             for b in window:
                 frames = self.plan[b][1]

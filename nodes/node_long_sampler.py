@@ -48,29 +48,38 @@ class LongVideoSampler:
                                                         "training (3 for Self-Forcing, CausVid, Rolling Forcing, "
                                                         "LongLive, Krea; 1 for frame-wise Causal Forcing)."),
                 "schedule": combo(SCHEDULE_PRESETS, "Denoising steps per chunk: Self-Forcing 4-step (also LongLive, "
-                                                    "Causal Forcing, Krea), Rolling Forcing 5-step, CausVid 3-step. "
-                                                    "A connected 'sigmas' input replaces it."),
+                                                    "Causal Forcing), Rolling Forcing 5-step, CausVid 3-step, Krea "
+                                                    "Realtime 5-step (its server's list, ending at timestep 0), "
+                                                    "Causal Forcing++ 1- or 2-step (frame-wise; its first frame "
+                                                    "takes the 4-step list). A connected 'sigmas' input replaces "
+                                                    "it."),
                 "mode": combo(SAMPLER_MODES, "chunk: one chunk at a time. rolling: Rolling Forcing's window of chunks "
                                              "at staggered noise levels. auto: rolling for the Rolling Forcing "
                                              "schedule, chunk otherwise."),
                 "seed": seed_input("Seed of every noise draw (per chunk and step); same seed, same video, with or "
                                    "without FAST-AR."),
                 "cache_policy": combo(CACHE_POLICIES, "What later chunks attend to. global: every frame (memory grows "
-                                                      "with length). window: sink + last window_frames (LongLive). "
-                                                      "rolling: Rolling Forcing's cache. tempcache: FAST-AR's merged "
-                                                      "cache (sized by FAST-AR Attention). auto: tempcache when FAST-AR"
-                                                      " turns it on, else global. A dense policy with FAST-AR's "
-                                                      "TempCache on is refused."),
+                                                      "with length). window: the last window_frames frames with the "
+                                                      "sink (LongLive). rolling: Rolling Forcing's cache. tempcache: "
+                                                      "FAST-AR's merged cache (sized by FAST-AR Attention). recompute: "
+                                                      "Krea Realtime's, rebuilt before every chunk from the sink and "
+                                                      "the most recent frames. auto: tempcache when FAST-AR turns it "
+                                                      "on, else global. A dense policy with FAST-AR's TempCache on "
+                                                      "is refused."),
                 "sink_frames": int_input(3, 0, 64, "Latent frames at the start that stay in the cache for good "
-                                                   "(attention sink; window, rolling and tempcache)."),
-                "window_frames": int_input(12, 1, 4096, "Recent latent frames kept besides the sink (window policy "
-                                                        "only; LongLive: 9)."),
+                                                   "(attention sink; window, rolling and tempcache). recompute: the "
+                                                   "first frames kept in its context (Krea's keep_first_frame: 1)."),
+                "window_frames": int_input(12, 1, 4096, "Latent frames a chunk attends to, the sink and the chunk "
+                                                        "itself included (LongLive's local_attn_size: 12). window "
+                                                        "and recompute (Krea: kv_cache_num_frames 3 + the chunk = 6)."),
                 "context_noise": float_input(0.0, 0.0, 0.99, "Noise level of the pass that writes a finished chunk "
                                                              "into the cache (0 in every released model)."),
             },
             "optional": {
                 "sigmas": link("SIGMAS", "Optional custom step list (e.g. from BasicScheduler); replaces 'schedule'. "
                                          "A trailing 0 is dropped: every chunk ends clean."),
+                "first_chunk_sigmas": link("SIGMAS", "Optional step list for the first chunk alone (Causal Forcing++ "
+                                                     "denoises its first frame with 4 steps); replaces the preset's."),
             },
         }
 
@@ -83,7 +92,7 @@ class LongVideoSampler:
 
     def sample(self, model, positive, width, height, length, frames_per_block=3, schedule="Self-Forcing 4-step",
                mode="auto", seed=0, cache_policy="auto", sink_frames=3, window_frames=12, context_noise=0.0,
-               sigmas=None):
+               sigmas=None, first_chunk_sigmas=None):
         host = get_host()
         total_frames = check_video_frames("length", length)
         latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
@@ -97,6 +106,7 @@ class LongVideoSampler:
             frames_per_block=frames_per_block, schedule=sigmas if sigmas is not None else SCHEDULE_PRESETS[schedule],
             mode=mode, seed=seed, cache_policy=cache_policy, sink_frames=sink_frames, window_frames=window_frames,
             context_noise=context_noise,
+            first_chunk_schedule=None if first_chunk_sigmas is None else first_chunk_sigmas.detach().float().cpu(),
         )
         outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host)
         latent = ar_model.latent_format.process_out(outcome.latent).to(host.intermediate_device())

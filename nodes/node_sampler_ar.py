@@ -92,11 +92,13 @@ class SamplerARVideoFastAR:
                                                         "the Self-Forcing family, 1 for frame-wise Causal Forcing)."),
                 "mode": combo(SAMPLER_MODES, "chunk, or rolling (Rolling Forcing's staggered window). auto = chunk "
                                              "(the step list comes from SIGMAS)."),
-                "cache_policy": combo(CACHE_POLICIES, "global, window (sink + last frames), rolling, or tempcache "
-                                                      "(FAST-AR). auto: tempcache when the MODEL's FAST-AR patch turns "
+                "cache_policy": combo(CACHE_POLICIES, "global, window (sink + last frames), rolling, tempcache "
+                                                      "(FAST-AR), or recompute (Krea Realtime: rebuilt before every "
+                                                      "chunk). auto: tempcache when the MODEL's FAST-AR patch turns "
                                                       "it on, else global."),
                 "sink_frames": int_input(3, 0, 64, "Latent frames kept for good at the start of the cache."),
-                "window_frames": int_input(12, 1, 4096, "Recent latent frames kept besides the sink (window policy)."),
+                "window_frames": int_input(12, 1, 4096, "Latent frames a chunk attends to, the sink and the chunk "
+                                                        "included (window and recompute policies; LongLive: 12)."),
                 "context_noise": float_input(0.0, 0.0, 0.99, "Noise level of the cache-writing pass (0 in released "
                                                              "models)."),
             },

@@ -31,8 +31,9 @@ class RolloutSettings:
     seed: int = 0
     cache_policy: str = "auto"  # auto: tempcache when the FAST-AR patch turns TempCache on, else global
     sink_frames: int = 3
-    window_frames: int = 12
+    window_frames: int = 12  # frames a chunk attends to, sink and chunk included (window and recompute caches)
     context_noise: float = 0.0
+    first_chunk_schedule: object = None  # the first chunk's own step list (preset name or sigmas); None: preset's
 
 
 @dataclass
@@ -91,7 +92,8 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
     sampler = build_sampler(runner, engine.fastar)
     cfg = RolloutConfig(num_frames=generated, latent_height=latent_h, latent_width=latent_w,
                         frames_per_block=settings.frames_per_block, schedule=sched, seed=settings.seed,
-                        cache=engine.cache, context_noise=settings.context_noise, mode=mode, batch=batch, channels=16)
+                        cache=engine.cache, context_noise=settings.context_noise, mode=mode, batch=batch, channels=16,
+                        first_chunk_schedule=settings.first_chunk_schedule)
 
     plan = plan_rollout(cfg, sched, n_init)
     n_chunks = len(plan.chunks)

@@ -324,16 +324,21 @@ class NoiseDraw:
 
 
 def record_pack_noise(sampler) -> list:
-    """Wrap ``sampler._noise`` so every draw of the pack is recorded, in order, as a ``NoiseDraw``."""
+    """Wrap the sampler's noise source so every draw of the pack is recorded, in order, as a ``NoiseDraw``."""
     draws = []
-    original = sampler._noise
+    make_source = sampler.noise_source
 
-    def recording(cfg, chunk, step, frames):
-        tensor = original(cfg, chunk, step, frames)
-        draws.append(NoiseDraw(chunk, step, tensor))
-        return tensor
+    def recording_source(cfg):
+        source = make_source(cfg)
 
-    sampler._noise = recording
+        def draw(chunk, step, frames):
+            tensor = source(chunk, step, frames)
+            draws.append(NoiseDraw(chunk, step, tensor))
+            return tensor
+
+        return draw
+
+    sampler.noise_source = recording_source
     return draws
 
 

@@ -40,7 +40,7 @@ def test_info_refuses_a_bad_file_with_one_line(tmp_path, capsys):
 def test_generate_writes_latent_and_chunk_stats(ckpt, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["generate", "--checkpoint", str(ckpt), "--frames", "9", "--height", "64", "--width", "64",
-            "--out", str(out), "--cache", "window", "--window", "3", "--seed", "3", "--device", "cpu"]
+            "--out", str(out), "--cache", "window", "--window", "9", "--seed", "3", "--device", "cpu"]
     assert main(args) == 0
     assert "seeded random stand-in" in capsys.readouterr().out
     latent = load_file(str(out / "latent.safetensors"))["latent"]
@@ -50,6 +50,17 @@ def test_generate_writes_latent_and_chunk_stats(ckpt, tmp_path, capsys):
     for chunk in stats["chunks"]:
         assert {"index", "frames", "seconds", "cache_bytes"} <= set(chunk)
     assert stats["conditioning"].startswith("seeded random")
+
+
+def test_generate_with_krea_recompute_and_a_first_chunk_schedule(ckpt, tmp_path):
+    out = tmp_path / "krea"
+    args = ["generate", "--checkpoint", str(ckpt), "--frames", "9", "--height", "64", "--width", "64",
+            "--out", str(out), "--cache", "recompute", "--sink", "1", "--window", "6", "--schedule", "krea",
+            "--first-schedule", "self-forcing", "--device", "cpu"]
+    assert main(args) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["cache"]["policy"] == "recompute" and stats["schedule"]["timesteps"][-1] == 0.0
+    assert max(c["cache_bytes"] for c in stats["chunks"]) == stats["chunks"][-1]["cache_bytes"] > 0
 
 
 def test_generate_with_fastar_reports_groups_density_and_recall(ckpt, tmp_path):

@@ -291,7 +291,7 @@ def test_custom_sampling_image_to_video_and_streaming_save(server):
         "25": {"class_type": "FastAR_LongVideoSampler",
                "inputs": {"model": ["24", 0], "positive": ["3", 0], "width": 32, "height": 32, "length": 9,
                           "frames_per_block": 3, "schedule": "CausVid 3-step", "mode": "auto", "seed": 0,
-                          "cache_policy": "window", "sink_frames": 1, "window_frames": 3, "context_noise": 0.0}},
+                          "cache_policy": "window", "sink_frames": 1, "window_frames": 7, "context_noise": 0.0}},
         "26": {"class_type": "PreviewAny", "inputs": {"source": ["25", 1]}},
     })
     entry = run_prompt(server, prompt)

@@ -10,7 +10,7 @@ from comfyui_fastar.fastar_core.errors import FastARError
 from comfyui_fastar.nodes.constants import CACHE_POLICIES as NODE_CACHE_POLICIES
 from comfyui_fastar.nodes.model_access import FastARChoice
 from comfyui_fastar.tools.args import add_cache_arguments, add_fastar_arguments, settings_from_arguments
-from comfyui_fastar.tools.bench.scenarios import CAPACITY_FRAMES, SINK_FRAMES, bench_modes
+from comfyui_fastar.tools.bench.scenarios import CAPACITY_FRAMES, bench_modes
 
 SHAPE = CacheShape(num_layers=2, batch=1, num_heads=2, head_dim=8, grid_hw=(2, 2))
 
@@ -35,7 +35,7 @@ def node(preset="off", tempcache=None, threshold=None, capacity=None, cache_poli
 
 
 def test_every_policy_is_the_same_object_from_the_cli_the_nodes_and_the_benches():
-    window = CAPACITY_FRAMES - SINK_FRAMES
+    window = CAPACITY_FRAMES + 3  # frames a 3-frame chunk attends to: the bench window's 21 and itself
     modes = bench_modes()
     cases = {
         "global": (cli("--cache", "global"), node(cache_policy="global"), modes["dense-global"]),

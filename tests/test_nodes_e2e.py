@@ -108,8 +108,8 @@ def test_same_seed_same_video_and_dense_policies(host, model):
     b, _ = sample(model, cond())
     c, _ = sample(model, cond(), seed=4)
     assert torch.equal(a, b) and not torch.equal(a, c)
-    window, report = sample(model, cond(), cache_policy="window", sink_frames=1, window_frames=3)
-    assert "window (sink 1 + last 3 frames)" in report and window.shape == a.shape
+    window, report = sample(model, cond(), cache_policy="window", sink_frames=1, window_frames=7)
+    assert "window (7 frames attended, sink 1 and the chunk included)" in report and window.shape == a.shape
     rolling, report = sample(model, cond(), schedule="Rolling Forcing 5-step")
     assert "mode rolling" in report and "rolling-forcing (5 steps" in report
     custom, report = sample(model, cond(), sigmas=torch.tensor([1.0, 0.5, 0.0]))

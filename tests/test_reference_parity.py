@@ -38,8 +38,8 @@ import pytest
 import reference_harness as rh
 import torch
 
+from comfyui_fastar.fastar_core.caches.spec import CacheSpec
 from comfyui_fastar.fastar_core.checkpoint import load_wan_model
-from comfyui_fastar.fastar_core.kv_cache import CacheSpec
 from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
 from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
@@ -249,9 +249,9 @@ def test_self_forcing_local_attention_45_frames(checkpoint):
 
 
 def window_spec(sink, attend, fpb=3):
-    """A window cache attending ``attend`` frames in all (sink and current chunk included), LongLive's
-    ``local_attn_size``; in the pack's current convention ``window_frames`` counts the cached recent frames."""
-    return CacheSpec(policy="window", sink_frames=sink, window_frames=attend - sink - fpb)
+    """A window cache attending ``attend`` frames in all, sink and current chunk included: the references'
+    ``local_attn_size``, which is the pack's ``window_frames``."""
+    return CacheSpec(policy="window", sink_frames=sink, window_frames=attend)
 
 
 # -- Causal Forcing ---------------------------------------------------------------------------------------------
@@ -407,9 +407,8 @@ def warped(steps):
 
 
 def first_chunk(schedule):
-    """The first-chunk schedule, where the pack has one (CF++ denoises its first frame with 4 steps)."""
-    fields = RolloutConfig.__dataclass_fields__
-    return {"first_chunk_schedule": schedule} if "first_chunk_schedule" in fields else {}
+    """CF++ denoises its first frame with the 4-step list (its ``denoising_step_list_first_chunk``)."""
+    return {"first_chunk_schedule": schedule}
 
 
 # -- Krea Realtime (KV recompute) --------------------------------------------------------------------------------
@@ -499,12 +498,9 @@ def test_krea_recompute_45_frames(checkpoint, keep_first_frame):
 
 
 def krea_cache(keep_first_frame):
-    """The pack's setting for Krea: its recompute policy where the pack has one, else the documented window."""
-    from comfyui_fastar.fastar_core import kv_cache
-
-    if "recompute" in getattr(kv_cache, "CACHE_POLICIES", ()):
-        return {"cache": CacheSpec(policy="recompute", recompute_frames=3, keep_first_frame=keep_first_frame)}
-    return {"cache": CacheSpec(policy="window", sink_frames=3, window_frames=3)}
+    """Krea's server settings as the pack's recompute cache: kv_cache_num_frames 3 + a 3-frame chunk attended;
+    keep_first_frame is one anchor frame."""
+    return {"cache": CacheSpec(policy="recompute", sink_frames=int(keep_first_frame), window_frames=6)}
 
 
 def pydantic_stand_in():

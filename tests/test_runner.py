@@ -14,15 +14,20 @@ LATENT_HW = (4, 6)  # grid 2 x 3 = 6 tokens per frame
 GRID = (2, 3)
 
 
-def visible_frames(policy, spec, chunk_start, query_frames):
-    """Key frames (frame, effective temporal position) that queries of [chunk_start, +query_frames) see."""
+def visible_frames(policy, spec, chunk_start, query_frames, clean=False):
+    """Key frames (frame, effective temporal position) that queries of [chunk_start, +query_frames) see;
+    ``clean``: in the pass that writes the chunk to the cache."""
     own = [(f, f) for f in range(chunk_start, chunk_start + query_frames)]
     past = list(range(chunk_start))
     if policy == "global":
         return [(f, f) for f in past] + own
-    if policy == "window":
-        keep = [f for f in past if f < spec.sink_frames or f >= chunk_start - spec.window_frames]
+    if policy == "window":  # window_frames attended in all, the sink and the queries included
+        recent = max(0, spec.window_frames - min(spec.sink_frames, chunk_start) - query_frames)
+        keep = [f for f in past if f < spec.sink_frames or f >= max(spec.sink_frames, chunk_start - recent)]
         return [(f, f) for f in keep] + own
+    if clean:  # Rolling Forcing's clean pass: the last rolling_attend frames, the sink only while inside them
+        span_start = chunk_start + query_frames - spec.rolling_attend
+        return [(f, f) for f in past if f >= span_start] + own
     sink = [f for f in past if f < spec.sink_frames]
     working = [f for f in past if f >= spec.sink_frames]
     budget = max(0, spec.rolling_attend - len(sink) - query_frames)
@@ -49,7 +54,7 @@ def run_cached(model, spec, prev, current, t_current, ctx):
 
 SPECS = {
     "global": CacheSpec(policy="global"),
-    "window": CacheSpec(policy="window", sink_frames=3, window_frames=6),
+    "window": CacheSpec(policy="window", sink_frames=3, window_frames=12),
     "rolling": CacheSpec(policy="rolling", sink_frames=3, rolling_capacity=12, rolling_attend=12),
 }
 
@@ -72,7 +77,7 @@ def test_chunked_runner_matches_masked_full_sequence(policy, query_chunks):
 
     groups = []
     for c in range(n_prev):
-        groups.append((range(c * FPB, (c + 1) * FPB), visible_frames(policy, spec, c * FPB, FPB)))
+        groups.append((range(c * FPB, (c + 1) * FPB), visible_frames(policy, spec, c * FPB, FPB, clean=True)))
     start = n_prev * FPB
     groups.append((range(start, start + current.shape[2]), visible_frames(policy, spec, start, current.shape[2])))
     x_all = torch.cat(prev + [current], dim=2)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.caches import CacheSpec
+from comfyui_fastar.fastar_core.caches import CacheShape, CacheSpec
 from comfyui_fastar.fastar_core.errors import FastARError, GenerationCancelled
 from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
 from comfyui_fastar.fastar_core.runner import CausalRunner
@@ -49,14 +49,14 @@ def test_long_rollout_past_rope_table_with_flat_window_memory():
     cfg = WanConfig(dim=32, num_heads=2, num_layers=1, ffn_dim=32, text_dim=32, freq_dim=32)
     model = random_wan(cfg, seed=3)
     reports = []
-    spec = CacheSpec(policy="window", sink_frames=3, window_frames=9)
+    spec = CacheSpec(policy="window", sink_frames=3, window_frames=15)  # sink 3 + 9 recent + the chunk
     rc = RolloutConfig(num_frames=1110, latent_height=2, latent_width=2, cache=spec,
                        schedule=get_schedule([1.0, 0.5]))
     result = ARSampler(CausalRunner(model)).generate(tiny_context(), rc, callback=reports.append)
     assert result.latent.shape[2] == 1110
     assert torch.isfinite(result.latent).all()
     sizes = [r.cache_bytes for r in reports]
-    full = sizes[4]  # sink 3 + window 9 = 12 frames after four 3-frame chunks
+    full = sizes[4]  # sink 3 + 9 recent = 12 frames held after four 3-frame chunks
     assert all(s == full for s in sizes[4:])
     assert sizes[0] < full
     assert result.cache_stats["evicted_frames"] > 300
@@ -174,3 +174,81 @@ def test_initial_noise_replaces_each_chunks_first_draw():
     assert not torch.allclose(other, seeded)
     with pytest.raises(FastARError, match="initial noise"):
         ARSampler(runner).generate(tiny_context(), cfg, initial_noise=torch.zeros(1, 16, 5, 4, 4))
+
+
+def test_short_prompt_runs_as_its_zero_padded_form():
+    """Wan pads the text context to text_len (512) before text_embedding; the runner does the same."""
+    model = tiny_model()
+    short = tiny_context(tokens=8)
+    padded = torch.cat([short, torch.zeros(1, 512 - 8, short.shape[2])], dim=1)
+    a = rollout(model, short, num_frames=6).latent
+    assert torch.equal(a, rollout(model, padded, num_frames=6).latent)
+    assert not torch.allclose(a, rollout(model, short[:, :4], num_frames=6).latent)
+
+
+def test_reference_schedules_keep_their_model_timesteps():
+    causvid = SCHEDULE_PRESETS["causvid"]
+    assert causvid.timesteps == [1000.0, 757.0, 522.0]  # fed unwarped, converted with the shift-8 table's sigma
+    assert causvid.sigmas[1] == pytest.approx(0.756757, abs=1e-6) and causvid.sigmas[1] != 0.757
+    krea = SCHEDULE_PRESETS["krea"]
+    assert [round(t, 1) for t in krea.timesteps] == [1000.0, 937.5, 833.3, 625.0, 0.0]
+    assert krea.sigmas[-1] == pytest.approx(0.00498, abs=1e-5)  # the table's smallest sigma, at timestep 0
+
+
+def test_first_chunk_has_its_own_schedule():
+    """Causal Forcing++: the first frame takes the 4-step list, later frames 1 step."""
+    model = tiny_model()
+    seen = []
+    sampler = ARSampler(CausalRunner(model))
+    original = sampler.runner.forward
+
+    def spy(x, timesteps, text, cache, info, commit=False, need_output=True):
+        if not commit:
+            seen.append((info.chunk, round(float(timesteps[0, 0]), 1)))
+        return original(x, timesteps, text, cache, info, commit=commit, need_output=need_output)
+
+    sampler.runner.forward = spy
+    cfg = RolloutConfig(num_frames=3, latent_height=4, latent_width=4, frames_per_block=1,
+                        schedule="causal-forcing++-1step")
+    totals = []
+    sampler.generate(tiny_context(), cfg, step_callback=lambda done, total: totals.append(total))
+    assert seen == [(0, 1000.0), (0, 937.5), (0, 833.3), (0, 625.0), (1, 1000.0), (2, 1000.0)]
+    assert totals[-1] == 6 + 3  # every denoising forward and one clean pass per chunk
+    with pytest.raises(FastARError, match="first-chunk schedule needs sampler mode 'chunk'"):
+        rollout(model, mode="rolling", first_chunk_schedule="causvid")
+
+
+def test_recompute_cache_rebuilds_a_short_context_before_every_chunk():
+    """Krea's recompute: context = anchor (sink) frames + the most recent ones at positions 0.., the chunk right
+    after; the cache never holds more than the context and positions stay bounded however long the video."""
+    from comfyui_fastar.fastar_core.caches import RecomputeCache
+
+    spec = CacheSpec(policy="recompute", sink_frames=1, window_frames=6)
+    shape = CacheShape(num_layers=1, batch=1, num_heads=1, head_dim=4, grid_hw=(1, 1))
+    cache = spec.build(shape, total_frames=30)
+    assert isinstance(cache, RecomputeCache)
+    assert cache.context_frames(0, 3) == [] and cache.context_frames(3, 3) == [0, 1, 2]
+    assert cache.context_frames(12, 3) == [0, 10, 11]
+    assert CacheSpec(policy="recompute", sink_frames=0, window_frames=6).build(shape, 30).context_frames(12, 3) == [
+        9, 10, 11]
+    model = tiny_model()
+    runner = CausalRunner(model)
+    starts = []
+    original = runner.forward
+
+    def spy(x, timesteps, text, cache, info, commit=False, need_output=True):
+        starts.append(info.frame_start)
+        return original(x, timesteps, text, cache, info, commit=commit, need_output=need_output)
+
+    runner.forward = spy
+    reports = []
+    cfg = RolloutConfig(num_frames=18, latent_height=4, latent_width=4, cache=spec)
+    result = ARSampler(runner).generate(tiny_context(), cfg, callback=reports.append)
+    assert max(starts) == 3  # context at 0..2, every chunk at 3
+    assert max(r.cache_bytes for r in reports) == reports[-1].cache_bytes  # flat: three frames' worth
+    window = rollout(model, num_frames=18, cache=CacheSpec(policy="window", sink_frames=1, window_frames=6)).latent
+    assert not torch.allclose(result.latent[:, :, 6:], window[:, :, 6:])  # not a window under another name
+    with pytest.raises(FastARError, match="window_frames - frames_per_block"):
+        rollout(model, cache=CacheSpec(policy="recompute", sink_frames=3, window_frames=6))
+    with pytest.raises(FastARError, match="needs sampler mode 'chunk'"):
+        rollout(model, mode="rolling", cache=spec)

@@ -11,8 +11,10 @@ def add_cache_arguments(p) -> None:
     g = p.add_argument_group("KV cache")
     g.add_argument("--cache", default="auto", choices=list(CACHE_CHOICES),
                    help="cache policy (auto: tempcache when the FAST-AR preset turns it on, else global)")
-    g.add_argument("--sink", type=int, help="sink frames kept for good (window, rolling, tempcache; default 3)")
-    g.add_argument("--window", type=int, help="window frames besides the sink (window cache; default 12)")
+    g.add_argument("--sink", type=int, help="sink frames kept for good (window, rolling, tempcache; default 3); "
+                                            "recompute: first frames kept in its context (Krea keep_first_frame: 1)")
+    g.add_argument("--window", type=int, help="frames a chunk attends to, the sink and the chunk included (window and "
+                                              "recompute caches; LongLive 12, Krea 6; default 12)")
 
 
 def add_fastar_arguments(p) -> None:

@@ -26,7 +26,11 @@ def _add_generate(sub):
     p.add_argument("--out", required=True, help="output folder (latent.safetensors, stats.json)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--schedule", default="self-forcing",
-                   help="self-forcing, rolling-forcing, causvid, or comma-separated sigmas")
+                   help="self-forcing, rolling-forcing, causvid, krea, causal-forcing++-1step, "
+                        "causal-forcing++-2step, or comma-separated sigmas")
+    p.add_argument("--first-schedule", default=None,
+                   help="the first chunk's own step list (a preset or sigmas; Causal Forcing++'s first frame takes "
+                        "self-forcing, which its presets already choose)")
     p.add_argument("--mode", default="chunk", choices=["chunk", "rolling"], help="rolling = Rolling Forcing window")
     p.add_argument("--frames-per-block", type=int, default=3)
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")

@@ -35,12 +35,14 @@ def pick_device(name: str | None) -> torch.device:
     return checks.parse_device(name)
 
 
-def cache_frames(spec: CacheSpec, total_frames: int) -> int:
+def cache_frames(spec: CacheSpec, total_frames: int, frames_per_block: int) -> int:
     """Frames' worth of keys and values the cache allocates."""
     if spec.policy == "tempcache":
         return spec.tempcache.capacity_frames
-    if spec.policy == "window":
-        return spec.sink_frames + spec.window_frames
+    if spec.policy == "window":  # what a full chunk reads back (window_frames counts the chunk too)
+        return spec.window_frames - frames_per_block
+    if spec.policy == "recompute":
+        return spec.window_frames
     if spec.policy == "rolling":
         return spec.rolling_capacity
     return total_frames
@@ -59,9 +61,10 @@ def run_generate(args) -> int:
     spec, fastar = settings.cache, settings.fastar
     rollout = RolloutConfig(num_frames=args.frames, latent_height=args.height // 8, latent_width=args.width // 8,
                             frames_per_block=args.frames_per_block, schedule=args.schedule, seed=args.seed,
-                            cache=spec, mode=args.mode, channels=cfg.in_dim)
+                            cache=spec, mode=args.mode, channels=cfg.in_dim,
+                            first_chunk_schedule=getattr(args, "first_schedule", None))
     rollout.validate()
-    checks.check_rollout_memory(args, cfg, device, cache_frames(spec, args.frames), ckpt.dtype)
+    checks.check_rollout_memory(args, cfg, device, cache_frames(spec, args.frames, args.frames_per_block), ckpt.dtype)
     if ckpt.mixed_dtypes:
         print(f"note: the file mixes dtypes {ckpt.file_dtypes}; all weights run as {ckpt.summary()['dtype']}")
     model = build_model(ckpt, device=device)

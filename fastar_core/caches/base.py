@@ -42,6 +42,7 @@ class CacheShape:
     grid_hw: tuple
     dtype: torch.dtype = torch.float32
     device: torch.device | str = "cpu"
+    frames_per_block: int = 1  # the rollout's chunk size (a window holds what a full chunk reads back)
 
 
 def element_size(dtype) -> int:
@@ -59,6 +60,7 @@ class KVCache(ABC):
     ``CacheSpec``) and ``check_spec`` (refuse sizes it cannot honour) and is listed in ``spec.POLICIES``."""
 
     policy = "base"
+    rebuilds_each_chunk = False  # True: the sampler rebuilds it before every chunk (``context_frames``, ``reset``)
 
     def __init__(self, num_layers, batch, num_heads, head_dim, grid_hw, dtype, device):
         self.num_layers = num_layers

@@ -1,9 +1,13 @@
 """The dense caches: un-merged keys in a frame-granular ring buffer, one class per policy.
 
 - ``global``: every committed frame (the paper's unbounded dense baseline), sized for the whole rollout;
-- ``window``: ``sink`` first frames plus the last ``window`` frames (LongLive-style), a ring buffer;
+- ``window``: LongLive's local attention: a chunk attends to ``window_frames`` frames in all, the ``sink`` first
+  frames and the chunk itself included (LongLive's ``local_attn_size``), a ring buffer;
 - ``rolling``: Rolling Forcing's cache: ``capacity`` frames kept, attention reads at most ``attend`` frames
-  including the queries, the sink re-positioned to sit just before the working frames.
+  including the queries; denoising passes see the sink re-positioned just before the working frames, the
+  clean pass sees the most recent ``attend`` frames ending with its chunk (the sink only while inside them);
+- ``recompute``: Krea Realtime's KV recompute: emptied before every chunk and rebuilt by clean passes over a
+  short context (anchor frames plus the most recent ones) at positions 0.., the chunk running right after it.
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ class DenseKVCache(KVCache):
         attend_frames: int | None = None,
         dtype=torch.float32,
         device="cpu",
+        frames_per_block: int = 1,
     ):
         super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
+        self.frames_per_block = frames_per_block
         if capacity_frames <= sink_frames:
             raise FastARError(f"cache capacity ({capacity_frames} frames) must exceed the sink ({sink_frames} frames)")
         self.capacity_frames = capacity_frames
@@ -81,9 +87,21 @@ class DenseKVCache(KVCache):
     def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         assert self._pending is not None, "commit outside a clean pass (prepare_commit first)"
         frame_start, num_frames = self._pending
-        slots = []
+        frames = range(frame_start, frame_start + num_frames)
+        room = self.capacity_frames - sum(1 for f in self.slot_frame[layer] if 0 <= f < self.sink_frames
+                                          and f not in frames)
+        if num_frames > room:
+            # More frames than the cache holds (a recache re-encodes a whole window in one pass): the newest stay.
+            drop = num_frames - room
+            tpf = self.tokens_per_frame
+            frame_start, num_frames = frame_start + drop, room
+            k, v = k[:, :, drop * tpf:], v[:, :, drop * tpf:]
+        slots: list[int] = []
         for f in range(frame_start, frame_start + num_frames):
             slot = self._take_slot(layer, f)
+            if slot in slots:
+                raise FastARError(f"a clean pass of {num_frames} frames does not fit the {self.policy} cache of "
+                                  f"{self.capacity_frames} frames ({self.sink_frames} of them sink)")
             self.slot_frame[layer][slot] = f  # reserve now so the chunk's next frame takes another slot
             slots.append(slot)
         idx = self._token_index(slots)
@@ -108,6 +126,19 @@ class DenseKVCache(KVCache):
 
     def _live_slots(self, layer: int = 0) -> list[int]:
         return [s for s, f in enumerate(self.slot_frame[layer]) if f >= 0]
+
+    def _select(self, layer: int, frames_and_slots, n_sink_frames: int) -> CacheView:
+        """A view of the given (frame, slot) entries, in that order (sink first)."""
+        idx = self._token_index([s for _, s in frames_and_slots])
+        return CacheView(
+            k=self.k[layer].index_select(2, idx), v=self.v[layer].index_select(2, idx),
+            bias=torch.zeros(1, 1, idx.numel(), device=self.device), positions=self.positions[layer, idx][None],
+            n_sink=n_sink_frames * self.tokens_per_frame, uniform=True, version=self.versions[layer],
+        )
+
+    def _held(self, layer: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """(frame, slot) of the held frames in [lo, hi), oldest first."""
+        return sorted((f, s) for s, f in enumerate(self.slot_frame[layer]) if lo <= f < hi)
 
     def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
         live = self._live_slots(layer)
@@ -141,20 +172,34 @@ class DenseKVCache(KVCache):
 
 
 class WindowCache(DenseKVCache):
-    """Sink frames plus the most recent ``window_frames`` cached frames (LongLive's local attention)."""
+    """LongLive's local attention: a chunk attends to ``window_frames`` latent frames in all, the sink frames and
+    the chunk itself included (its ``local_attn_size``; 12 with a 3-frame sink for LongLive 1.0)."""
 
     policy = "window"
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> WindowCache:
-        return cls(**vars(shape), capacity_frames=spec.sink_frames + spec.window_frames, sink_frames=spec.sink_frames)
+        # Holds what a full chunk reads back: the sink and window_frames - sink - chunk recent frames.
+        return cls(**vars(shape), capacity_frames=spec.window_frames - shape.frames_per_block,
+                   sink_frames=spec.sink_frames, attend_frames=spec.window_frames)
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:
-        if spec.window_frames < frames_per_block:
+        if spec.window_frames < spec.sink_frames + frames_per_block or spec.window_frames < 2:
             raise FastARError(
-                f"window_frames ({spec.window_frames}) must hold at least one block ({frames_per_block} frames)"
+                f"window_frames ({spec.window_frames}) counts every frame a chunk attends to, the sink and the "
+                f"chunk itself included (LongLive's local_attn_size): it must be at least sink_frames + "
+                f"frames_per_block ({spec.sink_frames} + {frames_per_block}) and at least 2"
             )
+
+    def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
+        if not self._live_slots(layer):
+            return None
+        sink = self._held(layer, 0, self.sink_frames)
+        recent = self._held(layer, self.sink_frames, query_start)
+        budget = max(0, (self.attend_frames or self.capacity_frames) - len(sink) - query_frames)
+        recent = recent[max(0, len(recent) - budget):] if budget else []
+        return self._select(layer, sink + recent, len(sink))
 
 
 class GlobalCache(DenseKVCache):
@@ -194,23 +239,72 @@ class RollingCache(DenseKVCache):
             )
 
     def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
-        """Sink + the most recent working frames, within ``attend_frames`` including the queries."""
+        """Denoising: sink + the most recent working frames, within ``attend_frames`` including the queries.
+        Clean pass (a commit is pending): the most recent ``attend_frames`` frames ending with the chunk, the
+        sink included, at its true position, only while it falls inside them (Rolling Forcing's
+        ``updating_cache`` branch, which its training uses too)."""
         if not self._live_slots(layer):
             return None
-        held = self.slot_frame[layer]
-        sink = sorted((f, s) for s, f in enumerate(held) if 0 <= f < self.sink_frames)
-        working = sorted((f, s) for s, f in enumerate(held) if self.sink_frames <= f < query_start)
         attend = self.attend_frames or self.capacity_frames
+        if self._pending is not None:
+            span = self._held(layer, query_start + query_frames - attend, query_start)
+            return self._select(layer, span, sum(1 for f, _ in span if f < self.sink_frames))
+        sink = self._held(layer, 0, self.sink_frames)
+        working = self._held(layer, self.sink_frames, query_start)
         budget = max(0, attend - len(sink) - query_frames)
-        working = working[len(working) - budget:] if budget else []
-        idx = self._token_index([s for _, s in sink] + [s for _, s in working])
-        positions = self.positions[layer, idx]
+        working = working[max(0, len(working) - budget):] if budget else []
+        view = self._select(layer, sink + working, len(sink))
         if sink:
             # Rolling Forcing keeps the sink un-RoPE'd and places it right before the working frames.
             first_after_sink = working[0][0] if working else query_start
-            positions[: len(sink) * self.tokens_per_frame, 0] += first_after_sink - len(sink) - sink[0][0]
-        return CacheView(
-            k=self.k[layer].index_select(2, idx), v=self.v[layer].index_select(2, idx),
-            bias=torch.zeros(1, 1, idx.numel(), device=self.device), positions=positions[None],
-            n_sink=len(sink) * self.tokens_per_frame, uniform=True, version=self.versions[layer],
-        )
+            view.positions[0, : len(sink) * self.tokens_per_frame, 0] += first_after_sink - len(sink) - sink[0][0]
+        return view
+
+
+class RecomputeCache(DenseKVCache):
+    """Krea Realtime's KV recompute (``release_server.py``: ``get_clean_context_frames``,
+    ``recompute_kv_cache``): before every chunk the cache is emptied and rebuilt by clean passes, block-causal
+    in chunks, over a context of ``window_frames - frames_per_block`` frames (Krea's ``kv_cache_num_frames``)
+    placed at positions 0.., and the chunk is denoised at the position right after it; no clean pass follows
+    the chunk. The context is the ``sink_frames`` first frames (Krea's ``keep_first_frame`` is 1) and the most
+    recent frames. Krea, without ``keep_first_frame``, re-encodes through the VAE the first pixel frame of the
+    oldest context latent once frame 0 leaves the window; with no VAE in the engine that latent stands in as
+    it is, so sink 0 gives the most recent frames alone."""
+
+    policy = "recompute"
+    rebuilds_each_chunk = True
+
+    def __init__(self, *, window_frames: int, anchor_frames: int, **shape):
+        super().__init__(**shape, capacity_frames=window_frames, sink_frames=0)
+        self.window_frames = window_frames
+        self.anchor_frames = anchor_frames
+
+    @classmethod
+    def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> RecomputeCache:
+        return cls(window_frames=spec.window_frames, anchor_frames=spec.sink_frames, **vars(shape))
+
+    @classmethod
+    def check_spec(cls, spec, frames_per_block: int) -> None:
+        context = spec.window_frames - frames_per_block
+        if context < 1 or spec.sink_frames >= context:
+            raise FastARError(
+                f"the recompute cache attends to window_frames ({spec.window_frames}) frames: a context of "
+                f"window_frames - frames_per_block ({context}) frames, which must be at least 1 and more than "
+                f"sink_frames ({spec.sink_frames}), plus the chunk"
+            )
+
+    def context_frames(self, frame_start: int, frames_per_block: int) -> list[int]:
+        """The latent frames the cache is rebuilt from before the chunk starting at ``frame_start``."""
+        size = self.window_frames - frames_per_block
+        if frame_start <= size:
+            return list(range(frame_start))
+        anchor = list(range(self.anchor_frames))
+        return anchor + list(range(frame_start - (size - len(anchor)), frame_start))
+
+    def reset(self) -> None:
+        """Empty every layer (the start of a rebuild)."""
+        for layer in range(self.num_layers):
+            self.versions[layer] += 1
+            self.slot_frame[layer] = [-1] * self.capacity_frames
+            self.high_water[layer] = 0
+        self.bias.fill_(float("-inf"))

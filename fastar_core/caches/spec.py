@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from ..errors import FastARError
 from .base import CacheShape, KVCache
-from .dense import GlobalCache, RollingCache, WindowCache
+from .dense import GlobalCache, RecomputeCache, RollingCache, WindowCache
 from .tempcache import TempCache
 
 # Every cache policy, by the name users type. A new policy is one KVCache subclass and one line here.
@@ -20,6 +20,7 @@ POLICIES: dict[str, type[KVCache]] = {
     "window": WindowCache,
     "rolling": RollingCache,
     "tempcache": TempCache,
+    "recompute": RecomputeCache,
 }
 CACHE_POLICIES = tuple(POLICIES)
 
@@ -71,8 +72,10 @@ class CacheSpec:
     """A cache policy and its sizes, independent of the model."""
 
     policy: str = "global"
-    sink_frames: int = 3  # window, rolling and tempcache: first frames kept for good
-    window_frames: int = 12  # window: cached frames kept besides the sink
+    sink_frames: int = 3  # window, rolling and tempcache: first frames kept for good; recompute: anchor frames
+    # window and recompute: frames a chunk attends to, the sink and the chunk itself included (LongLive's
+    # local_attn_size; Krea: kv_cache_num_frames + the chunk)
+    window_frames: int = 12
     rolling_capacity: int = 24  # rolling: frames held
     rolling_attend: int = 21  # rolling: frames attended, queries included
     tempcache: TempCacheSettings = field(default_factory=TempCacheSettings)
@@ -96,7 +99,10 @@ class CacheSpec:
     def describe(self) -> str:
         """One line for reports: the policy and the sizes it uses."""
         if self.policy == "window":
-            return f"window (sink {self.sink_frames} + last {self.window_frames} frames)"
+            return f"window ({self.window_frames} frames attended, sink {self.sink_frames} and the chunk included)"
+        if self.policy == "recompute":
+            return (f"recompute (rebuilt before every chunk from {self.sink_frames} first + the most recent frames; "
+                    f"{self.window_frames} frames attended, the chunk included)")
         if self.policy == "rolling":
             return (f"rolling (sink {self.sink_frames}, capacity {self.rolling_capacity}, "
                     f"attend {self.rolling_attend})")

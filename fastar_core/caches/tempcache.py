@@ -28,7 +28,7 @@ class TempCache(KVCache):
     policy = "tempcache"
 
     def __init__(self, settings, sink_frames, num_layers, batch, num_heads, head_dim, grid_hw, dtype=torch.float32,
-                 device="cpu"):
+                 device="cpu", frames_per_block=1):
         """``settings``: a ``TempCacheSettings`` (threshold, capacity, representative, scope, matcher)."""
         super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
         self.settings = settings

@@ -80,7 +80,8 @@ def bench_modes(preset: str = "balanced") -> dict:
 
     return {
         "dense-global": mode(cache_policy="global"),
-        "dense-window": mode(cache_policy="window", window_frames=CAPACITY_FRAMES - SINK_FRAMES),
+        # A 3-frame chunk attends to the window's frames and itself: the 21 TempCache holds, plus the chunk.
+        "dense-window": mode(cache_policy="window", window_frames=CAPACITY_FRAMES + 3),
         "tempcache": temp(annca=False, annsa=False),
         "tempcache+annsa": temp(annca=False, annsa=True),
         "all": temp(annca=True, annsa=True),

@@ -21,7 +21,7 @@ BAR_FRAMES = 240
 BAR_SEEDS = (1, 2, 3)
 BAR_CACHES = {
     "global": CacheSpec(policy="global"),
-    "window": CacheSpec(policy="window", sink_frames=3, window_frames=12),
+    "window": CacheSpec(policy="window", sink_frames=3, window_frames=18),  # 3 sink + 12 recent + the chunk
 }
 
 
