@@ -1,12 +1,14 @@
 """Extract the public reference implementations that the parity tests run into ``$FASTAR_REFERENCE_DIR``.
 
-Each reference is taken at a fixed commit from a bare mirror or a clone (``--source NAME=PATH``, or the default
-mirror folder) and only its Python and config files are written to ``<dest>/<name>/``, with a
-``REFERENCE_COMMIT`` file naming where they came from. Nothing here is committed to this repository:
-``tests/test_reference_parity.py`` reads the folder named by ``FASTAR_REFERENCE_DIR`` and skips without it.
+Each reference is taken at a fixed commit from a bare mirror or a clone and only its Python and config files
+are written to ``<dest>/<name>/``, with a ``REFERENCE_COMMIT`` file naming where they came from. Sources: one
+``--source NAME=PATH`` per reference, or ``--mirrors DIR`` holding them as ``<owner>+<repo>`` (a mirror's
+``repo/`` inside is found) or as ``<repo>`` clones (``git clone https://github.com/<owner>/<repo>``). Nothing
+here is committed to this repository: ``tests/test_reference_parity.py`` reads the folder named by
+``FASTAR_REFERENCE_DIR`` and skips without it.
 
-    python tools/extract_references.py --dest /tmp/fastar_refs
-    FASTAR_REFERENCE_DIR=/tmp/fastar_refs python -m pytest -q tests/test_reference_parity.py
+    python tools/extract_references.py --mirrors ~/src --dest /tmp/fastar-references
+    FASTAR_REFERENCE_DIR=/tmp/fastar-references python -m pytest -q tests/test_reference_parity.py
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ REFERENCES = {
     "krea_realtime": ("krea-ai/realtime-video", "main", "acf4b7b4e1a3049a0e04782e751d12203334038d"),
 }
 KEEP_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".jsonl")
-DEFAULT_MIRRORS = "/work/.mirror"  # <owner>+<name>/repo bare mirrors, when present
 
 
 def git(git_dir: Path, *args: str) -> bytes:
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dest", default=os.environ.get("FASTAR_REFERENCE_DIR"),
                    help="output folder (default: $FASTAR_REFERENCE_DIR)")
-    p.add_argument("--mirrors", default=DEFAULT_MIRRORS, help="folder of <owner>+<name> mirrors")
+    p.add_argument("--mirrors", help="folder holding the references as <owner>+<repo> mirrors or <repo> clones")
     p.add_argument("--source", action="append", default=[], metavar="NAME=PATH",
                    help=f"a mirror or clone for one reference ({', '.join(REFERENCES)})")
     p.add_argument("--latest", action="store_true", help="extract the branch head instead of the pinned commit")
@@ -105,7 +106,15 @@ def main(argv=None) -> int:
     missing = []
     for name in args.only or REFERENCES:
         repo, ref, pinned = REFERENCES[name]
-        path = Path(sources[name]) if name in sources else Path(args.mirrors) / repo.replace("/", "+")
+        if name in sources:
+            path = Path(sources[name]).expanduser()
+        elif args.mirrors:
+            base = Path(args.mirrors).expanduser()
+            path = next((c for c in (base / repo.replace("/", "+"), base / repo.split("/")[1]) if c.exists()),
+                        base / repo.split("/")[1])
+        else:
+            missing.append(f"{name}: no source (give --mirrors DIR or --source {name}=PATH)")
+            continue
         if not path.exists():
             missing.append(f"{name}: no {path} (clone https://github.com/{repo} and pass --source {name}=PATH)")
             continue
