@@ -221,7 +221,8 @@ def test_fastar_never_changes_the_sampling_noise():
     cfg = RolloutConfig(num_frames=6, latent_height=4, latent_width=4, seed=3)
     state = torch.random.get_rng_state()
     dense = build_sampler(CausalRunner(model), FastARConfig()).generate(tiny_context(), cfg)
-    fast = resolve_settings(preset="balanced", attention_overrides={"annsa_min_keys": 0})
+    # AnnCA off: its exact pad merge of the prompt (zero-padded to text_len) rounds differently from dense.
+    fast = resolve_settings(preset="balanced", attention_overrides={"annsa_min_keys": 0, "annca": False})
     temp = build_sampler(CausalRunner(model), fast.fastar).generate(tiny_context(), replace(cfg, cache=fast.cache))
     assert torch.equal(state, torch.random.get_rng_state())
     # The first chunk sees an empty cache, so only the noise decides it: identical bit for bit.

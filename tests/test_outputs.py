@@ -47,10 +47,10 @@ def test_strict_json_writes_null_for_non_finite_numbers():
 def test_stats_record_the_seed_and_the_command_that_reruns_the_same_video(ckpt, tmp_path, one_thread):
     out = tmp_path / "first"
     assert main(["generate", "--checkpoint", str(ckpt), "--out", str(out), "--seed", "5", "--cache", "window",
-                 "--window", "3", "--sink", "1", *SMALL]) == 0
+                 "--window", "5", "--sink", "1", *SMALL]) == 0
     stats, latent_run, latent = read_pair(out)
     assert stats["seed"] == 5 and stats["run_id"] == latent_run
-    assert stats["options"]["window"] == 3 and stats["cache"]["sink_frames"] == 1
+    assert stats["options"]["window"] == 5 and stats["cache"]["sink_frames"] == 1
     command = stats["command"]
     assert command[0] == "fastar"
     again = tmp_path / "again"

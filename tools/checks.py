@@ -110,9 +110,9 @@ def check_contradictions(args) -> None:
     if args.calibration is not None and args.layers != "auto":
         raise FastARError("--calibration is read only with --layers auto; add --layers auto or drop --calibration")
     policy = "tempcache" if uses_tempcache(args) else ("global" if args.cache == "auto" else args.cache)
-    if args.window is not None and policy != "window":
-        raise FastARError(f"--window sizes the window cache, but this run's cache is {policy}; add --cache window "
-                          "or drop --window")
+    if args.window is not None and policy not in ("window", "recompute"):
+        raise FastARError(f"--window sizes the window and recompute caches, but this run's cache is {policy}; add "
+                          "--cache window or drop --window")
     if args.sink is not None and policy == "global":
         raise FastARError("--sink sets the frames the window, rolling and TempCache caches keep for good; the "
                           "global cache keeps every frame: drop --sink or pick another --cache")
