@@ -54,5 +54,5 @@ def print_rollout_table(report: dict) -> None:
         alloc = s.get("cache_bytes_allocated")
         print(f"{name:18s} {fmt(s['speedup_vs_dense'], '8.2f')} {fmt(s['latency_growth'], '7.2f')} "
               f"{s['cache_bytes_max'] / 2**20:9.2f} {fmt(alloc and alloc / 2**20, '10.2f')} "
-              f"{fmt(s['psnr_mean'], '8.2f')} {fmt(s['ssim_mean'], '6.3f')} "
+              f"{fmt(s['psnr_db'], '8.2f')} {fmt(s['ssim'], '6.3f')} "
               f"{fmt(s['density_mean'], '8.3f')} {fmt(s['recall_mean'], '7.3f')}")
