@@ -19,6 +19,7 @@ from ...fastar_core.errors import FastARError
 from ...fastar_core.fastar.metrics import video_quality
 from ...fastar_core.runner import CausalRunner
 from ...fastar_core.sampler import RolloutConfig
+from .cost_model import modelled_speedup, real_prompt_tokens, shape_of_scenario
 from .interleave import median_rows, run_in_turns
 from .report import latency_growth, line_plots, machine, mean, resident_bytes, write_json
 from .scenarios import CAPACITY_FRAMES, Scenario, bench_modes, demo_scenario, wan_shapes_scenario
@@ -126,6 +127,8 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
             _, rows = run_mode(scenario, spec, fastar, min(frames, MEASURED_FRAMES), seed, measure=True)
             per_mode[name]["measured_chunks"] = rows
 
+    shape = shape_of_scenario(scenario)
+    prompt_tokens = real_prompt_tokens(scenario.context)
     dense_total = sum(r["seconds"] for r in per_mode["dense-global"]["chunks"])
     for name in names:
         m = per_mode[name]
@@ -134,6 +137,7 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
         m["summary"] = {
             "seconds_total": round(sum(seconds), 4),
             "speedup_vs_dense": round(dense_total / sum(seconds), 3),
+            "modelled_speedup": round(modelled_speedup(shape, frames, *mode_cost(*all_modes[name], prompt_tokens)), 3),
             "latency_growth": _round(latency_growth(seconds), 3),
             "cache_bytes_max": max(r["cache_bytes"] for r in m["chunks"]),
             "cache_bytes_last": m["chunks"][-1]["cache_bytes"],
@@ -143,6 +147,7 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
             "density_mean": _round(mean(r.get("density") for r in m.get("measured_chunks", [])), 4),
             "recall_mean": _round(mean(r.get("recall") for r in m.get("measured_chunks", [])), 4),
         }
+        m["summary"]["efficiency"] = round(m["summary"]["speedup_vs_dense"] / m["summary"]["modelled_speedup"], 3)
         if "psnr_note" in quality:
             m["summary"]["psnr_note"] = quality["psnr_note"]
     report = {
@@ -152,6 +157,9 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
         "scenario": scenario.notes, "machine": machine(), "modes": per_mode,
         "definitions": {
             "speedup_vs_dense": "total chunk seconds of dense-global / this mode, same run, same seed",
+            "modelled_speedup": "the same ratio of matmul FLOPs from the model's shapes and the mode's cache "
+                                "capacity (cost_model.py; AnnSA counted dense)",
+            "efficiency": "speedup_vs_dense / modelled_speedup",
             "seconds": f"per chunk, median over {repeats} repeat(s); in each, every mode runs chunk by chunk in "
                        "turn, the order rotating every round",
             "latency_growth": "mean seconds of the last 10 chunks / mean of chunks 5 to 15",
@@ -169,6 +177,19 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
     write_json(out_dir / "rollout.json", report)
     _plot(out_dir / "rollout.png", per_mode, scenario.frames_per_block, start_frames, scenario.name, frames)
     return report
+
+
+def mode_cost(spec, fastar, prompt_tokens: int) -> tuple:
+    """(capacity_frames or None for dense-global, tempcache, sink_frames, text_tokens) of a mode for the
+    cost model."""
+    text = prompt_tokens if fastar.annca else None
+    if spec.policy == "global":
+        return None, False, 0, text
+    if spec.policy == "window":
+        return spec.sink_frames + spec.window_frames, False, spec.sink_frames, text
+    if spec.policy == "rolling":
+        return spec.rolling_attend, False, spec.sink_frames, text
+    return fastar.capacity_frames, True, fastar.sink_frames, text
 
 
 def _round(x, n):

@@ -89,3 +89,27 @@ def bench_modes(preset: str = "balanced") -> dict:
         # AnnSA on every call whatever the size: what bucketing costs and keeps where the default would skip it.
         "all+forced-annsa": temp(annca=True, annsa=True, annsa_min_keys=0),
     }
+
+
+def pareto_modes(capacities, thresholds, variants: dict) -> dict:
+    """``fastar bench pareto``'s points: name -> {"spec", "fastar", "policy", "capacity", ...}. ``variants``:
+    label -> TempCache setting overrides, each run at every capacity with the default threshold."""
+    off = get_preset("off")
+    temp = get_preset("balanced").with_overrides(annca=False, annsa=False, sink_frames=SINK_FRAMES)
+    points = {"dense-global": {"spec": CacheSpec(policy="global"), "fastar": off, "policy": "global",
+                               "capacity": None}}
+    for cap in capacities:
+        points[f"dense-window@{cap}"] = {
+            "spec": CacheSpec(policy="window", sink_frames=SINK_FRAMES, window_frames=cap - SINK_FRAMES),
+            "fastar": off, "policy": "window", "capacity": cap}
+        for th in thresholds:
+            points[f"tempcache-{th}@{cap}"] = {
+                "spec": CacheSpec(policy="tempcache", sink_frames=SINK_FRAMES),
+                "fastar": temp.with_overrides(capacity_frames=cap, threshold=th), "policy": "tempcache",
+                "capacity": cap, "threshold": th}
+        for label, overrides in variants.items():
+            fastar = temp.with_overrides(capacity_frames=cap, **overrides)
+            points[f"tempcache-{label}@{cap}"] = {
+                "spec": CacheSpec(policy="tempcache", sink_frames=SINK_FRAMES), "fastar": fastar,
+                "policy": "tempcache", "capacity": cap, "threshold": fastar.threshold, "variant": label}
+    return points
