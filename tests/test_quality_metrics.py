@@ -31,6 +31,8 @@ def test_pooled_psnr_counts_identical_frames_as_zero_error_and_skips_start_frame
     assert old - q.psnr_db > 30
     assert len(q.per_frame_psnr_db) == generated and q.per_frame_psnr_db[4] == pytest.approx(26.02, abs=0.01)
     assert 0.0 < q.ssim < 1.0
+    assert q.psnr_over_first(4) == float("inf")  # generated frames 0-3 are identical
+    assert q.psnr_over_first(5) == pytest.approx(10 * math.log10(4.0 / (0.01 / 5)), abs=1e-3)
 
 
 def test_identical_video_has_no_infinity_in_json(tmp_path):

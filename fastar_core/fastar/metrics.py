@@ -120,6 +120,13 @@ class VideoQuality:
     data_range: float
     per_frame_psnr_db: list  # per-frame curve, for plots only (inf where a frame is identical)
     per_frame_ssim: list
+    per_frame_mse: list
+
+    def psnr_over_first(self, frames: int) -> float:
+        """Pooled PSNR of the first ``frames`` generated frames: what a rollout of that length scores, since
+        generation is causal and a frame never depends on later ones."""
+        mse = sum(self.per_frame_mse[:frames]) / len(self.per_frame_mse[:frames])
+        return 10.0 * math.log10(self.data_range**2 / mse) if mse > 0 else float("inf")
 
     def to_dict(self, curves: bool = True) -> dict:
         d = {"psnr_db": _round(finite_or_none(self.psnr_db), 3), "ssim": round(self.ssim, 4), "mse": self.mse,
@@ -146,9 +153,10 @@ def video_quality(x: torch.Tensor, ref: torch.Tensor, start_frames: int = 0,
                          f"{list(ref.shape)}")
     if data_range is None:
         data_range = float(ref.max() - ref.min()) or 1.0
-    mse = float(((x.double() - ref.double()) ** 2).mean())
+    frame_mse = ((x.double() - ref.double()) ** 2).transpose(0, 2).reshape(x.shape[2], -1).mean(-1).tolist()
+    mse = sum(frame_mse) / len(frame_mse)
     pooled = 10.0 * math.log10(data_range**2 / mse) if mse > 0 else float("inf")
     frame_ssim = per_frame_ssim(x, ref, data_range)
     return VideoQuality(psnr_db=pooled, ssim=sum(frame_ssim) / len(frame_ssim), mse=mse, frames=x.shape[2],
                         data_range=data_range, per_frame_psnr_db=per_frame_psnr(x, ref, data_range),
-                        per_frame_ssim=frame_ssim)
+                        per_frame_ssim=frame_ssim, per_frame_mse=frame_mse)
