@@ -50,14 +50,14 @@ def test_median_rows_keeps_every_round():
 
 
 def test_rollouts_in_turn_give_the_same_video_as_alone(one_thread):
-    from comfyui_fastar.tools.bench.rollout import _rollout, timed_rollouts
+    from comfyui_fastar.tools.bench.rollout import run_mode, timed_rollouts
     from comfyui_fastar.tools.bench.scenarios import bench_modes, demo_scenario
 
     scenario = demo_scenario(0)
     modes = {n: bench_modes()[n] for n in ("dense-global", "tempcache")}
     results, per_mode = timed_rollouts(scenario, modes, frames=9, seed=0, repeats=2, progress=False)
     for name, mode in modes.items():
-        alone, _ = _rollout(scenario, *mode, frames=9, seed=0)
+        alone, _ = run_mode(scenario, *mode, frames=9, seed=0)
         assert torch.equal(results[name].latent, alone.latent), name
         assert len(per_mode[name]["chunks"]) == 3
         assert all(len(r["seconds_each_round"]) == 2 for r in per_mode[name]["chunks"])

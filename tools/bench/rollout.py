@@ -189,7 +189,7 @@ def mode_cost(spec, fastar, prompt_tokens: int) -> tuple:
         return spec.sink_frames + spec.window_frames, False, spec.sink_frames, text
     if spec.policy == "rolling":
         return spec.rolling_attend, False, spec.sink_frames, text
-    return fastar.capacity_frames, True, fastar.sink_frames, text
+    return spec.tempcache.capacity_frames, True, spec.sink_frames, text
 
 
 def _round(x, n):

@@ -91,25 +91,24 @@ def bench_modes(preset: str = "balanced") -> dict:
     }
 
 
+
 def pareto_modes(capacities, thresholds, variants: dict) -> dict:
     """``fastar bench pareto``'s points: name -> {"spec", "fastar", "policy", "capacity", ...}. ``variants``:
-    label -> TempCache setting overrides, each run at every capacity with the default threshold."""
-    off = get_preset("off")
-    temp = get_preset("balanced").with_overrides(annca=False, annsa=False, sink_frames=SINK_FRAMES)
-    points = {"dense-global": {"spec": CacheSpec(policy="global"), "fastar": off, "policy": "global",
-                               "capacity": None}}
+    label -> TempCache setting overrides, each run at every capacity (threshold 0.9 unless overridden)."""
+    def point(policy, capacity, **kw):
+        s = resolve_settings(sink_frames=SINK_FRAMES, **kw)
+        return {"spec": s.cache, "fastar": s.fastar, "policy": policy, "capacity": capacity}
+
+    def temp(cap, **settings):
+        return point("tempcache", cap, preset="balanced", tempcache_overrides={"capacity_frames": cap, **settings},
+                     attention_overrides={"annca": False, "annsa": False})
+
+    points = {"dense-global": point("global", None, cache_policy="global")}
     for cap in capacities:
-        points[f"dense-window@{cap}"] = {
-            "spec": CacheSpec(policy="window", sink_frames=SINK_FRAMES, window_frames=cap - SINK_FRAMES),
-            "fastar": off, "policy": "window", "capacity": cap}
+        points[f"dense-window@{cap}"] = point("window", cap, cache_policy="window", window_frames=cap - SINK_FRAMES)
         for th in thresholds:
-            points[f"tempcache-{th}@{cap}"] = {
-                "spec": CacheSpec(policy="tempcache", sink_frames=SINK_FRAMES),
-                "fastar": temp.with_overrides(capacity_frames=cap, threshold=th), "policy": "tempcache",
-                "capacity": cap, "threshold": th}
+            points[f"tempcache-{th}@{cap}"] = {**temp(cap, threshold=th), "threshold": th}
         for label, overrides in variants.items():
-            fastar = temp.with_overrides(capacity_frames=cap, **overrides)
-            points[f"tempcache-{label}@{cap}"] = {
-                "spec": CacheSpec(policy="tempcache", sink_frames=SINK_FRAMES), "fastar": fastar,
-                "policy": "tempcache", "capacity": cap, "threshold": fastar.threshold, "variant": label}
+            p = temp(cap, **{"threshold": 0.9, **overrides})
+            points[f"tempcache-{label}@{cap}"] = {**p, "threshold": p["spec"].tempcache.threshold, "variant": label}
     return points
