@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes)")
     p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
     p.add_argument("--thresholds", default=None, help="pareto: comma-separated TempCache merge thresholds")
+    p.add_argument("--variants", default=None,
+                   help="pareto: TempCache merge rules to add (rotated, spread6, weighted, when-full)")
     p.add_argument("--budget", type=float, default=None, help="time budget in seconds (GPU scripts)")
 
     p = sub.add_parser("calibrate", help="measure per-layer AnnSA recall and write the layer list")

@@ -23,12 +23,17 @@ def run_bench(args) -> int:
                                    repeats=args.repeats)
         print_rollout_table(report)
     elif args.what == "pareto":
-        from .pareto import CAPACITIES, THRESHOLDS, run_pareto_bench
+        from .pareto import CAPACITIES, THRESHOLDS, VARIANTS, run_pareto_bench
 
         capacities = tuple(int(x) for x in args.capacities.split(",")) if args.capacities else CAPACITIES
         thresholds = tuple(float(x) for x in args.thresholds.split(",")) if args.thresholds else THRESHOLDS
+        names = args.variants.split(",") if args.variants else []
+        unknown = [n for n in names if n not in VARIANTS]
+        if unknown:
+            print(f"fastar: error: unknown variants {unknown}; valid: {', '.join(VARIANTS)}", file=sys.stderr)
+            return 2
         run_pareto_bench(out, frames=args.frames, model=args.model, capacities=capacities, thresholds=thresholds,
-                         seed=args.seed, repeats=args.repeats or 1)
+                         variants={n: VARIANTS[n] for n in names}, seed=args.seed, repeats=args.repeats or 1)
     elif args.what == "cost-model":
         from .cost_model import run_cost_model
 

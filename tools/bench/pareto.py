@@ -25,7 +25,14 @@ from .rollout import mode_cost, timed_rollouts
 from .scenarios import SINK_FRAMES, demo_scenario, pareto_modes, wan_shapes_scenario
 
 CAPACITIES = (6, 9, 12, 15, 21, 30)
-LENGTHS = (30, 60, 120)  # shorter rollouts scored from the same run (generation is causal)
+LENGTHS = (30, 60, 120)
+# Merge rules that account for time (TempCacheSettings), each run at threshold 0.9 beside the default.
+VARIANTS = {
+    "rotated": {"similarity": "rotated"},  # cosine after RoPE, each key at its own position
+    "spread6": {"max_spread_frames": 6},  # a group takes no key more than 6 frames after its oldest member
+    "weighted": {"position": "weighted"},  # the group sits at its members' count-weighted mean time
+    "when-full": {"merge_when": "full"},  # plain entries while the chunk fits, merging only after
+}  # shorter rollouts scored from the same run (generation is causal)
 THRESHOLDS = (0.8, 0.9, 0.95)
 
 
