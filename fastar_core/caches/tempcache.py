@@ -104,6 +104,11 @@ class TempCache(KVCache):
             idx, sim = exact_top1(flat(new_k), flat(reps), valid.all(dim=1, keepdim=True))
             H = self.num_heads
             return idx.expand(-1, H, -1), sim.expand(-1, H, -1)
+        if self._matcher is None and self.settings.threshold > COSINE_SLACK:
+            # A merge needs a cosine of at least the threshold, above 0, which an excluded entry zeroed out
+            # (cosine 0) can never reach: the same merges as masking it to -inf, without a mask over the scores.
+            return exact_top1(new_k, reps * valid[..., None].to(reps.dtype), None,
+                              min_score=self.settings.threshold - COSINE_SLACK)
         if self._matcher is None:
             return exact_top1(new_k, reps, valid)
         return self._matcher.top1(new_k, reps, valid)
@@ -160,33 +165,8 @@ class TempCache(KVCache):
         accept = sim >= self.settings.threshold - COSINE_SLACK
         trash = torch.full_like(idx, C)
 
-        # Merges: counts, running-mean values, newest key and position per group.
-        target = torch.where(accept, idx, trash)
-        added = torch.zeros(B, H, C + 1, device=self.device).scatter_add_(2, target, accept.float())
-        v_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
-            2, target[..., None].expand(-1, -1, -1, D), v_new.float())
-        merged = added > 0
-        new_count = count + added
-        denom = new_count.clamp_min(1.0)[..., None]
-        V.copy_(torch.where(merged[..., None], (count[..., None] * V.float() + v_sum) / denom, V.float()).to(V.dtype))
-        order = torch.arange(N, device=self.device).expand(B, H, N)
-        newest = torch.full((B, H, C + 1), -1, dtype=torch.long, device=self.device)
-        newest.scatter_reduce_(2, target, torch.where(accept, order, -1), reduce="amax")
-        src = newest.clamp_min(0)
-        if self.settings.representative == "mean":
-            k_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
-                2, target[..., None].expand(-1, -1, -1, D), k_new.float())
-            rep = (count[..., None] * K.float() + k_sum) / denom
-        else:
-            rep = k_new.float().gather(2, src[..., None].expand(-1, -1, -1, D))
-        K.copy_(torch.where(merged[..., None], rep, K.float()).to(K.dtype))
-        pos.copy_(torch.where(merged[..., None], positions[src], pos))
-        upd.masked_fill_(merged, frame)
-        if self.t_sum is not None:
-            times = torch.where(accept, positions[:, 0].double(), 0.0).expand(B, H, N)
-            self.t_sum[layer].scatter_add_(2, target, times)
-        count.copy_(new_count)
-        self.merges[layer] += int(accept.sum()) // B // H
+        if bool(accept.any()):  # most chunks of content that changes merge nothing: skip the group updates
+            self._merge(layer, k_new, v_new, positions, frame, torch.where(accept, idx, trash), accept)
 
         # Inserts: empty slots first, then the least recently updated groups; never the sink.
         insert = ~accept
@@ -220,6 +200,38 @@ class TempCache(KVCache):
         count[:, :, C] = 0.0
         used = dest.masked_fill(~insert, -1).max()
         self.high_water[layer] = max(hw, int(used) + 1)
+
+    def _merge(self, layer, k_new, v_new, positions, frame, target, accept):
+        """Accepted keys join their groups (``target``; the trash slot for the others): counts, running-mean
+        values, newest key and position per group."""
+        B, H, N, D = k_new.shape
+        C = self.capacity
+        K, V, count, pos, upd = self.k[layer], self.v[layer], self.count[layer], self.pos[layer], self.updated[layer]
+        added = torch.zeros(B, H, C + 1, device=self.device).scatter_add_(2, target, accept.float())
+        v_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
+            2, target[..., None].expand(-1, -1, -1, D), v_new.float())
+        merged = added > 0
+        new_count = count + added
+        denom = new_count.clamp_min(1.0)[..., None]
+        V.copy_(torch.where(merged[..., None], (count[..., None] * V.float() + v_sum) / denom, V.float()).to(V.dtype))
+        order = torch.arange(N, device=self.device).expand(B, H, N)
+        newest = torch.full((B, H, C + 1), -1, dtype=torch.long, device=self.device)
+        newest.scatter_reduce_(2, target, torch.where(accept, order, -1), reduce="amax")
+        src = newest.clamp_min(0)
+        if self.settings.representative == "mean":
+            k_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
+                2, target[..., None].expand(-1, -1, -1, D), k_new.float())
+            rep = (count[..., None] * K.float() + k_sum) / denom
+        else:
+            rep = k_new.float().gather(2, src[..., None].expand(-1, -1, -1, D))
+        K.copy_(torch.where(merged[..., None], rep, K.float()).to(K.dtype))
+        pos.copy_(torch.where(merged[..., None], positions[src], pos))
+        upd.masked_fill_(merged, frame)
+        if self.t_sum is not None:
+            times = torch.where(accept, positions[:, 0].double(), 0.0).expand(B, H, N)
+            self.t_sum[layer].scatter_add_(2, target, times)
+        count.copy_(new_count)
+        self.merges[layer] += int(accept.sum()) // B // H
 
     def finish_commit(self) -> None:
         self._pending = None
