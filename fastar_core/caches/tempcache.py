@@ -4,7 +4,7 @@ After each chunk's clean pass, per layer (and per head by default), each new pre
 cache's representative keys (top-1 cosine, exact or ANN). At ``cos >= threshold`` it joins that group:
 count += 1, the value becomes the running mean, the representative key and its position become the newest
 (``last``, the paper's choice; ``mean`` as an option). Otherwise it is inserted as a new group. Attention then
-adds ``log(count)`` to each group's logit, which is exact for identical keys (Lemma 5.1).
+adds ``log(count)`` to each group's logit, which is exact for identical keys at identical positions (Lemma 5.1).
 
 Time (RoPE). Keys are cached before RoPE and rotated at attention time by their position relative to the
 query, so merging is exact only for identical keys at identical positions. Two copies of one content at

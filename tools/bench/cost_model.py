@@ -194,6 +194,7 @@ def print_cost_model(report: dict) -> None:
         print(f"{'video fr':>8s} {'latent fr':>9s} {'dense FLOP':>11s} {'self-attn share':>15s} {'limit':>7s} "
               f"{f'{c}-fr cache':>11s} {'tempcache':>9s}")
         for r in m["rows"]:
-            print(f"{r['video_frames']:8d} {r['latent_frames']:9d} {r['dense_global_flops']:11.3g} "
+            video = "-" if "CPU" in name else str(r["video_frames"])  # CPU models' frames are latent frames only
+            print(f"{video:>8s} {r['latent_frames']:9d} {r['dense_global_flops']:11.3g} "
                   f"{r['dense_global_shares']['self_attention']:15.3f} {r['speedup_limit']:7.2f} "
                   f"{r[f'speedup_window_{c}']:11.2f} {r[f'speedup_tempcache_{c}']:9.2f}")
