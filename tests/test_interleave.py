@@ -61,3 +61,13 @@ def test_rollouts_in_turn_give_the_same_video_as_alone(one_thread):
         assert torch.equal(results[name].latent, alone.latent), name
         assert len(per_mode[name]["chunks"]) == 3
         assert all(len(r["seconds_each_round"]) == 2 for r in per_mode[name]["chunks"])
+
+
+def test_attention_bench_times_its_paths_in_rotating_rounds():
+    from comfyui_fastar.tools.bench.attention import _time_in_rounds
+
+    log = []
+    calls = {n: (log.append, (n,), {}) for n in "abc"}
+    seconds = _time_in_rounds(3, calls)
+    assert set(seconds) == set("abc") and all(s >= 0 for s in seconds.values())
+    assert "".join(log) == "abc" + "abc" "bca" "cab"  # one warm-up call each, then rotating rounds
