@@ -8,8 +8,7 @@ import torch
 from comfyui_fastar.tools.bench.cross_attention import cross_attention_rows
 from comfyui_fastar.tools.cli import main
 
-SUMMARY_FIELDS = {"speedup_vs_dense", "latency_growth", "cache_bytes_max", "cache_bytes_allocated", "psnr_mean",
-                  "ssim_mean",
+SUMMARY_FIELDS = {"speedup_vs_dense", "latency_growth", "cache_bytes_max", "cache_bytes_allocated", "psnr_db", "ssim",
                   "density_mean", "recall_mean", "seconds_total"}
 
 
@@ -26,9 +25,13 @@ def test_bench_rollout_writes_every_field(tmp_path, capsys):
             assert {"seconds", "cache_bytes", "rss_bytes"} <= set(chunk)
             rounds = chunk["seconds_each_round"]
             assert len(rounds) == 2 and abs(chunk["seconds"] - sum(rounds) / 2) < 1e-4  # median of two
-        assert len(mode["psnr"]) == len(mode["ssim"]) == 51
+        quality = mode["quality"]
+        assert len(quality["per_frame_psnr_db"]) == len(quality["per_frame_ssim"]) == quality["frames"] == 51
         assert mode["summary"]["latency_growth"] > 0
-    assert report["modes"]["dense-global"]["summary"]["speedup_vs_dense"] == 1.0
+    dense = report["modes"]["dense-global"]["summary"]
+    assert dense["speedup_vs_dense"] == 1.0 and dense["psnr_db"] is None and "identical" in dense["psnr_note"]
+    window = report["modes"]["dense-window"]["quality"]
+    assert 10 < window["psnr_db"] < 80 and 0 < window["ssim"] < 1
     forced = report["modes"]["all+forced-annsa"]["summary"]
     assert 0 < forced["density_mean"] <= 1 and 0 < forced["recall_mean"] <= 1
     table = capsys.readouterr().out
@@ -58,3 +61,16 @@ def test_cross_attention_rows_time_every_path_and_the_pad_merge_is_exact():
         assert row["kept_share"]["pad_merge"] == pytest.approx((row["real_tokens"] + 1) / 512, abs=1e-4)
         assert row["kept_share"]["pad_merge+prune"] <= row["kept_share"]["pad_merge"] + 1e-6
         assert row["output_error_vs_padded"]["pad_merge"] < 1e-5
+
+
+def test_fastar_demo_runs_both_modes_in_turn_and_reports_pooled_quality(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--frames", "9", "--out", str(out)]) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    fastar = stats["modes"]["fastar"]
+    assert len(fastar["chunks"]) == 3 and fastar["quality"]["frames"] == 9
+    assert stats["modes"]["dense"]["quality"]["psnr_db"] is None  # dense against itself: no infinity in JSON
+    assert stats["speedup"]["total"] > 0 and "in turn" in stats["timing"]
+    for name in ("fastar.gif", "dense.gif", "compare.gif", "demo.png"):
+        assert (out / name).stat().st_size > 0
+    assert "speedup" in capsys.readouterr().out

@@ -135,7 +135,9 @@ def make_tempcache(threshold=1.0, capacity=8, sink=1):
     return TempCache(settings, sink, num_layers=2, batch=1, num_heads=2, head_dim=32, grid_hw=(2, 2))
 
 
-def test_threshold_one_on_repeated_frames_equals_dense_with_one_frame_of_groups():
+def test_threshold_one_on_repeated_frames_equals_dense_only_without_temporal_rope():
+    """With the temporal RoPE dims zeroed, copies of a frame are identical keys to every query: exact. Real RoPE:
+    tests/test_tempcache_rope.py."""
     model = temporal_free(tiny_model())
     runner = CausalRunner(model)
     text = runner.encode_text(tiny_context())

@@ -20,12 +20,15 @@ H, D = 2, 8
     chunks=st.integers(1, 12),
     representative=st.sampled_from(["last", "mean"]),
     scope=st.sampled_from(["head", "shared"]),
+    time=st.sampled_from([{}, {"similarity": "rotated"}, {"max_spread_frames": 2}, {"position": "weighted"},
+                          {"merge_when": "full"}]),
 )
-def test_tempcache_invariants(seed, threshold, capacity, sink, frames_per_chunk, chunks, representative, scope):
+def test_tempcache_invariants(seed, threshold, capacity, sink, frames_per_chunk, chunks, representative, scope,
+                              time):
     if capacity < sink + frames_per_chunk:
         capacity = sink + frames_per_chunk + 1
     cfg = TempCacheSettings(threshold=threshold, capacity_frames=capacity, representative=representative,
-                            merge_scope=scope)
+                            merge_scope=scope, **time)
     cache = TempCache(cfg, sink, num_layers=1, batch=1, num_heads=H, head_dim=D, grid_hw=(2, 2))
     g = torch.Generator().manual_seed(seed)
     pool = torch.randn(1, H, 6, D, generator=g)  # a few recurring "objects" so that merges happen
@@ -59,4 +62,12 @@ def test_tempcache_invariants(seed, threshold, capacity, sink, frames_per_chunk,
         assert (cache.pos[0][:, :, : cache.capacity, 0][count > 0] < frame).all()
         view = cache.view(0, frame, frames_per_chunk)
         assert torch.isfinite(view.bias[count[:, :, : view.length] > 0]).all()
+        held = count[:, :, : view.length] > 0
+        newest_t = cache.pos[0][:, :, : view.length, 0]
+        assert (view.positions[..., 0][held] <= newest_t[held]).all()  # weighted positions never pass the newest
+        if cache.first is not None:  # no group spans more frames than allowed
+            spread = newest_t - cache.first[0][:, :, : view.length]
+            assert (spread[held] <= cfg.max_spread_frames).all()
+        if cfg.merge_when == "full" and committed <= cache.capacity - cache.sink_tokens:
+            assert cache.merges[0] == 0  # still room for every key: nothing merged, exactly dense
     assert buffers == [(t.shape, t.data_ptr()) for t in (cache.k[0], cache.v[0], cache.count[0], cache.pos[0])]

@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
-    p.add_argument("what", choices=["rollout", "attention", "kernels", "gpu-rollout", "bias-fold"])
+    p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
+                                   "bias-fold"])
     p.add_argument("--out", required=True)
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
     p.add_argument("--model", default="demo", choices=["demo", "wan-shapes"], help="rollout model")
@@ -72,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes)")
+    p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
+    p.add_argument("--thresholds", default=None, help="pareto: comma-separated TempCache merge thresholds")
+    p.add_argument("--variants", default=None,
+                   help="pareto: TempCache merge rules to add (rotated, spread6, weighted, when-full)")
     p.add_argument("--budget", type=float, default=None, help="time budget in seconds (GPU scripts)")
 
     p = sub.add_parser("calibrate", help="measure per-layer AnnSA recall and write the layer list")

@@ -27,6 +27,9 @@ CACHE_POLICIES = tuple(POLICIES)
 REPRESENTATIVES = ("last", "mean")
 MERGE_SCOPES = ("head", "shared")
 MATCHERS = ("exact", "lsh", "quant")
+SIMILARITIES = ("content", "rotated")
+POSITIONS = ("newest", "weighted")
+MERGE_WHEN = ("always", "full")
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,13 @@ class TempCacheSettings:
     matcher_tables: int = 4
     quant_bits: int = 8
     seed: int = 0  # the approximate matchers' projections come from a generator seeded here
+    # Time (see caches/tempcache.py): compare keys before RoPE ("content") or after it, each at its own position
+    # ("rotated"); close a group to keys further than this many frames from its oldest member (0: never); place
+    # a group at its newest member's time or at the count-weighted mean of its members' times.
+    similarity: str = "content"
+    max_spread_frames: int = 0
+    position: str = "newest"
+    merge_when: str = "always"  # or "full": insert plain entries while the chunk fits, merge only after
 
     def validate(self) -> TempCacheSettings:
         def bad(name, value, valid):
@@ -52,7 +62,8 @@ class TempCacheSettings:
         if self.capacity_frames < 1:
             bad("capacity_frames", self.capacity_frames, "at least 1 frame")
         for name, allowed in (("representative", REPRESENTATIVES), ("merge_scope", MERGE_SCOPES),
-                              ("matcher", MATCHERS)):
+                              ("matcher", MATCHERS), ("similarity", SIMILARITIES), ("position", POSITIONS),
+                              ("merge_when", MERGE_WHEN)):
             if getattr(self, name) not in allowed:
                 bad(name, getattr(self, name), ", ".join(allowed))
         if not (1 <= self.matcher_bits <= 16):
@@ -61,6 +72,8 @@ class TempCacheSettings:
             bad("matcher_tables", self.matcher_tables, "1..8")
         if not (2 <= self.quant_bits <= 8):
             bad("quant_bits", self.quant_bits, "2..8")
+        if self.max_spread_frames < 0:
+            bad("max_spread_frames", self.max_spread_frames, "0 (no limit) or a number of frames")
         return self
 
     def with_overrides(self, **changes) -> TempCacheSettings:

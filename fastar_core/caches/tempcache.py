@@ -4,7 +4,17 @@ After each chunk's clean pass, per layer (and per head by default), each new pre
 cache's representative keys (top-1 cosine, exact or ANN). At ``cos >= threshold`` it joins that group:
 count += 1, the value becomes the running mean, the representative key and its position become the newest
 (``last``, the paper's choice; ``mean`` as an option). Otherwise it is inserted as a new group. Attention then
-adds ``log(count)`` to each group's logit, which is exact for identical keys (Lemma 5.1).
+adds ``log(count)`` to each group's logit, which is exact for identical keys at identical positions (Lemma 5.1).
+
+Time (RoPE). Keys are cached before RoPE and rotated at attention time by their position relative to the
+query, so merging is exact only for identical keys at identical positions. Two copies of one content at
+different times are different keys to a later query (Wan gives 44 of 128 head dims to time), and a group
+answers with one position for all its members. Three settings account for it: ``similarity = "rotated"``
+compares keys after RoPE, each at its own position (content that moved in time or space then scores lower);
+``max_spread_frames`` closes a group to new members once they would lie further than that from its oldest
+member; ``position = "weighted"`` places the group at its members' count-weighted mean time instead of the
+newest member's. And ``merge_when = "full"`` inserts keys as plain entries while the cache has room for the
+whole chunk and merges only once it has not, so a rollout shorter than the capacity is exactly dense.
 
 A hard capacity (tokens, sink included) is allocated once per rollout; when full, the least recently updated
 groups are evicted. Sink frames are never merged nor evicted, and a chunk's tokens are never merged into each
@@ -17,7 +27,7 @@ import torch
 
 from ..errors import FastARError
 from ..fastar.ann import LSHMatcher, QuantMatcher, exact_top1
-from ..rope import grid_positions
+from ..rope import grid_positions, rotate
 from .base import CacheShape, CacheView, KVCache, check_fits, element_size
 
 # Equal keys can differ in the last bits after normalisation; a threshold of 1.0 must still merge them.
@@ -47,6 +57,11 @@ class TempCache(KVCache):
         self.count = [torch.zeros(B, H, C, device=self.device) for _ in range(num_layers)]
         self.pos = [torch.zeros(B, H, C, 3, dtype=torch.long, device=self.device) for _ in range(num_layers)]
         self.updated = [torch.zeros(B, H, C, dtype=torch.long, device=self.device) for _ in range(num_layers)]
+        # Only where a setting needs them: the oldest member's frame, and the sum of the members' frames.
+        self.first = ([torch.zeros(B, H, C, dtype=torch.long, device=self.device) for _ in range(num_layers)]
+                      if settings.max_spread_frames else None)
+        self.t_sum = ([torch.zeros(B, H, C, dtype=torch.float64, device=self.device) for _ in range(num_layers)]
+                      if settings.position == "weighted" else None)
         self.high_water = [0] * num_layers
         self.merges = [0] * num_layers
         self.evictions = [0] * num_layers
@@ -89,6 +104,11 @@ class TempCache(KVCache):
             idx, sim = exact_top1(flat(new_k), flat(reps), valid.all(dim=1, keepdim=True))
             H = self.num_heads
             return idx.expand(-1, H, -1), sim.expand(-1, H, -1)
+        if self._matcher is None and self.settings.threshold > COSINE_SLACK:
+            # A merge needs a cosine of at least the threshold, above 0, which an excluded entry zeroed out
+            # (cosine 0) can never reach: the same merges as masking it to -inf, without a mask over the scores.
+            return exact_top1(new_k, reps * valid[..., None].to(reps.dtype), None,
+                              min_score=self.settings.threshold - COSINE_SLACK)
         if self._matcher is None:
             return exact_top1(new_k, reps, valid)
         return self._matcher.top1(new_k, reps, valid)
@@ -119,6 +139,10 @@ class TempCache(KVCache):
         self.count[layer][:, :, slots] = 1.0
         self.pos[layer][:, :, slots] = positions
         self.updated[layer][:, :, slots] = frame
+        if self.first is not None:
+            self.first[layer][:, :, slots] = positions[:, 0]
+        if self.t_sum is not None:
+            self.t_sum[layer][:, :, slots] = positions[:, 0].double()
 
     def _merge_or_insert(self, layer, k_new, v_new, positions, frame):
         B, H, N, D = k_new.shape
@@ -127,35 +151,22 @@ class TempCache(KVCache):
         slot = torch.arange(C + 1, device=self.device)
         hw = self.high_water[layer]
         candidates = (count[:, :, :hw] > 0) & (slot[:hw] >= self.sink_tokens)
+        if self.settings.merge_when == "full":  # room for the whole chunk as plain entries: merge nothing yet
+            room = (count[:, :, self.sink_tokens:C] == 0).sum(-1) >= N
+            candidates &= ~room[..., None]
+        if self.first is not None:  # groups whose oldest member is too far back take no one new
+            candidates &= frame - self.first[layer][:, :, :hw] <= self.settings.max_spread_frames
+        k_cmp, reps = k_new, K[:, :, :hw]
+        if self.settings.similarity == "rotated" and hw:
+            k_cmp = rotate(k_new, positions[None])
+            reps = rotate(reps, self._attention_positions(layer, hw))
 
-        idx, sim = self._top1(k_new, K[:, :, :hw], candidates)
+        idx, sim = self._top1(k_cmp, reps, candidates)
         accept = sim >= self.settings.threshold - COSINE_SLACK
         trash = torch.full_like(idx, C)
 
-        # Merges: counts, running-mean values, newest key and position per group.
-        target = torch.where(accept, idx, trash)
-        added = torch.zeros(B, H, C + 1, device=self.device).scatter_add_(2, target, accept.float())
-        v_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
-            2, target[..., None].expand(-1, -1, -1, D), v_new.float())
-        merged = added > 0
-        new_count = count + added
-        denom = new_count.clamp_min(1.0)[..., None]
-        V.copy_(torch.where(merged[..., None], (count[..., None] * V.float() + v_sum) / denom, V.float()).to(V.dtype))
-        order = torch.arange(N, device=self.device).expand(B, H, N)
-        newest = torch.full((B, H, C + 1), -1, dtype=torch.long, device=self.device)
-        newest.scatter_reduce_(2, target, torch.where(accept, order, -1), reduce="amax")
-        src = newest.clamp_min(0)
-        if self.settings.representative == "mean":
-            k_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
-                2, target[..., None].expand(-1, -1, -1, D), k_new.float())
-            rep = (count[..., None] * K.float() + k_sum) / denom
-        else:
-            rep = k_new.float().gather(2, src[..., None].expand(-1, -1, -1, D))
-        K.copy_(torch.where(merged[..., None], rep, K.float()).to(K.dtype))
-        pos.copy_(torch.where(merged[..., None], positions[src], pos))
-        upd.masked_fill_(merged, frame)
-        count.copy_(new_count)
-        self.merges[layer] += int(accept.sum()) // B // H
+        if bool(accept.any()):  # most chunks of content that changes merge nothing: skip the group updates
+            self._merge(layer, k_new, v_new, positions, frame, torch.where(accept, idx, trash), accept)
 
         # Inserts: empty slots first, then the least recently updated groups; never the sink.
         insert = ~accept
@@ -181,10 +192,46 @@ class TempCache(KVCache):
         count.scatter_(2, dest, torch.ones_like(dest, dtype=count.dtype))
         pos.scatter_(2, dest4.expand(-1, -1, -1, 3), positions.expand(B, H, N, 3))
         upd.scatter_(2, dest, torch.full_like(dest, frame))
+        if self.first is not None:
+            self.first[layer].scatter_(2, dest, positions[:, 0].expand(B, H, N))
+        if self.t_sum is not None:
+            self.t_sum[layer].scatter_(2, dest, positions[:, 0].double().expand(B, H, N))
         # The trash slot absorbed masked writes; keep it empty.
         count[:, :, C] = 0.0
         used = dest.masked_fill(~insert, -1).max()
         self.high_water[layer] = max(hw, int(used) + 1)
+
+    def _merge(self, layer, k_new, v_new, positions, frame, target, accept):
+        """Accepted keys join their groups (``target``; the trash slot for the others): counts, running-mean
+        values, newest key and position per group."""
+        B, H, N, D = k_new.shape
+        C = self.capacity
+        K, V, count, pos, upd = self.k[layer], self.v[layer], self.count[layer], self.pos[layer], self.updated[layer]
+        added = torch.zeros(B, H, C + 1, device=self.device).scatter_add_(2, target, accept.float())
+        v_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
+            2, target[..., None].expand(-1, -1, -1, D), v_new.float())
+        merged = added > 0
+        new_count = count + added
+        denom = new_count.clamp_min(1.0)[..., None]
+        V.copy_(torch.where(merged[..., None], (count[..., None] * V.float() + v_sum) / denom, V.float()).to(V.dtype))
+        order = torch.arange(N, device=self.device).expand(B, H, N)
+        newest = torch.full((B, H, C + 1), -1, dtype=torch.long, device=self.device)
+        newest.scatter_reduce_(2, target, torch.where(accept, order, -1), reduce="amax")
+        src = newest.clamp_min(0)
+        if self.settings.representative == "mean":
+            k_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
+                2, target[..., None].expand(-1, -1, -1, D), k_new.float())
+            rep = (count[..., None] * K.float() + k_sum) / denom
+        else:
+            rep = k_new.float().gather(2, src[..., None].expand(-1, -1, -1, D))
+        K.copy_(torch.where(merged[..., None], rep, K.float()).to(K.dtype))
+        pos.copy_(torch.where(merged[..., None], positions[src], pos))
+        upd.masked_fill_(merged, frame)
+        if self.t_sum is not None:
+            times = torch.where(accept, positions[:, 0].double(), 0.0).expand(B, H, N)
+            self.t_sum[layer].scatter_add_(2, target, times)
+        count.copy_(new_count)
+        self.merges[layer] += int(accept.sum()) // B // H
 
     def finish_commit(self) -> None:
         self._pending = None
@@ -198,6 +245,17 @@ class TempCache(KVCache):
             self.count[layer].masked_fill_(stale, 0.0)
 
     # -- reading --------------------------------------------------------------------------------------------
+    def _attention_positions(self, layer: int, hw: int) -> torch.Tensor:
+        """Where attention places each group: the newest member's (t, h, w), or with ``position = "weighted"``
+        the members' count-weighted mean time (to the nearest frame) at the newest member's (h, w)."""
+        pos = self.pos[layer][:, :, :hw]
+        if self.t_sum is None:
+            return pos
+        count = self.count[layer][:, :, :hw].double().clamp_min(1.0)
+        pos = pos.clone()
+        pos[..., 0] = (self.t_sum[layer][:, :, :hw] / count).round().long()
+        return pos
+
     def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
         hw = self.high_water[layer]
         if hw == 0:
@@ -205,7 +263,8 @@ class TempCache(KVCache):
         count = self.count[layer][:, :, :hw]
         bias = torch.where(count > 0, count.clamp_min(1e-30).log(), torch.full_like(count, float("-inf")))
         return CacheView(
-            k=self.k[layer][:, :, :hw], v=self.v[layer][:, :, :hw], bias=bias, positions=self.pos[layer][:, :, :hw],
+            k=self.k[layer][:, :, :hw], v=self.v[layer][:, :, :hw], bias=bias,
+            positions=self._attention_positions(layer, hw),
             n_sink=min(self.sink_tokens, hw), uniform=False, version=self.versions[layer],
         )
 
@@ -215,7 +274,8 @@ class TempCache(KVCache):
         return float((self.count[layer][:, :, : self.capacity] > 0).float().sum(-1).mean())
 
     def _bytes_per_slot(self) -> int:
-        return 2 * self.head_dim * element_size(self.dtype) + 4 + 3 * 8 + 8  # k, v, count, position, last update
+        extra = 8 * (bool(self.settings.max_spread_frames) + (self.settings.position == "weighted"))
+        return 2 * self.head_dim * element_size(self.dtype) + 4 + 3 * 8 + 8 + extra  # k, v, count, pos, update
 
     def live_bytes(self) -> int:
         slots = sum(int((c[:, :, : self.capacity] > 0).sum()) for c in self.count)

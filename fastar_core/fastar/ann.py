@@ -25,12 +25,14 @@ def _normalize(x: torch.Tensor) -> torch.Tensor:
 
 
 def exact_top1(a: torch.Tensor, b: torch.Tensor, b_valid: torch.Tensor | None = None, allowed=None,
-               chunk: int = CHUNK_ROWS):
+               chunk: int = CHUNK_ROWS, min_score: float | None = None):
     """Cosine top-1 of each row of ``a [B,H,N,D]`` among rows of ``b [B,H,M,D]``.
 
     ``b_valid [B,H,M]`` bool excludes entries (empty slots, sink). ``allowed(rows) -> [B,H,n,M] bool``
     optionally restricts candidates (bucket collisions). Returns (index [B,H,N] int64, cosine [B,H,N]
-    float32; -inf where nothing is allowed).
+    float32; -inf where nothing is allowed). With ``min_score``, rows whose best cosine is below it get index 0:
+    callers that only use matches above a bar save the index search there (on a CPU a max with indices costs
+    many times a max of values).
     """
     B, H, N, D = a.shape
     M = b.shape[2]
@@ -41,14 +43,23 @@ def exact_top1(a: torch.Tensor, b: torch.Tensor, b_valid: torch.Tensor | None = 
     an = _normalize(a).reshape(B * H, N, D)
     bn_t = _normalize(b).reshape(B * H, M, D).transpose(1, 2)
     # Excluded entries as a -inf column bias that the matmul adds in place (no second pass over the scores).
-    col_bias = torch.zeros(B * H, 1, M, device=a.device)
+    col_bias = None
     if b_valid is not None:
-        col_bias.masked_fill_(~b_valid.reshape(B * H, 1, M), float("-inf"))
+        col_bias = torch.zeros(B * H, 1, M, device=a.device).masked_fill_(~b_valid.reshape(B * H, 1, M),
+                                                                           float("-inf"))
     for start in range(0, N, chunk):
-        sim = torch.baddbmm(col_bias, an[:, start:start + chunk], bn_t).view(B, H, -1, M)
+        rows = an[:, start:start + chunk]
+        sim = (torch.bmm(rows, bn_t) if col_bias is None else torch.baddbmm(col_bias, rows, bn_t)).view(B, H, -1, M)
         if allowed is not None:
             sim = sim.masked_fill(~allowed(slice(start, start + chunk)), float("-inf"))
-        val, arg = sim.max(dim=-1)
+        if min_score is None:
+            val, arg = sim.max(dim=-1)
+        else:
+            val = sim.amax(dim=-1)
+            arg = torch.zeros(val.shape, dtype=torch.long, device=a.device)
+            rows = val >= min_score
+            if bool(rows.any()):
+                arg[rows] = sim[rows].argmax(dim=-1)
         best[:, :, start:start + chunk] = val
         idx[:, :, start:start + chunk] = arg
     return idx, best

@@ -22,6 +22,22 @@ def run_bench(args) -> int:
         report = run_rollout_bench(out, frames=args.frames, model=args.model, modes=modes, seed=args.seed,
                                    repeats=args.repeats)
         print_rollout_table(report)
+    elif args.what == "pareto":
+        from .pareto import CAPACITIES, THRESHOLDS, VARIANTS, run_pareto_bench
+
+        capacities = tuple(int(x) for x in args.capacities.split(",")) if args.capacities else CAPACITIES
+        thresholds = tuple(float(x) for x in args.thresholds.split(",")) if args.thresholds else THRESHOLDS
+        names = args.variants.split(",") if args.variants else []
+        unknown = [n for n in names if n not in VARIANTS]
+        if unknown:
+            print(f"fastar: error: unknown variants {unknown}; valid: {', '.join(VARIANTS)}", file=sys.stderr)
+            return 2
+        run_pareto_bench(out, frames=args.frames, model=args.model, capacities=capacities, thresholds=thresholds,
+                         variants={n: VARIANTS[n] for n in names}, seed=args.seed, repeats=args.repeats or 1)
+    elif args.what == "cost-model":
+        from .cost_model import run_cost_model
+
+        run_cost_model(out, cpu_frames=args.frames)
     elif args.what == "attention":
         from .attention import run_attention_bench
 
@@ -43,7 +59,8 @@ def run_bench(args) -> int:
 
 
 def print_rollout_table(report: dict) -> None:
-    print(f"\n{'mode':18s} {'speedup':>8s} {'growth':>7s} {'live MiB':>9s} {'alloc MiB':>10s} {'PSNR dB':>8s} "
+    print(f"\n{'mode':18s} {'speedup':>8s} {'modelled':>8s} {'effic.':>6s} {'growth':>7s} "
+          f"{'live MiB':>9s} {'alloc MiB':>10s} {'PSNR dB':>8s} "
           f"{'SSIM':>6s} {'density':>8s} {'recall':>7s}")
     for name, m in report["modes"].items():
         s = m["summary"]
@@ -52,7 +69,8 @@ def print_rollout_table(report: dict) -> None:
             return format(x, spec) if isinstance(x, (int, float)) else "-"
 
         alloc = s.get("cache_bytes_allocated")
-        print(f"{name:18s} {fmt(s['speedup_vs_dense'], '8.2f')} {fmt(s['latency_growth'], '7.2f')} "
+        print(f"{name:18s} {fmt(s['speedup_vs_dense'], '8.2f')} {fmt(s['modelled_speedup'], '8.2f')} "
+              f"{fmt(s['efficiency'], '6.2f')} {fmt(s['latency_growth'], '7.2f')} "
               f"{s['cache_bytes_max'] / 2**20:9.2f} {fmt(alloc and alloc / 2**20, '10.2f')} "
-              f"{fmt(s['psnr_mean'], '8.2f')} {fmt(s['ssim_mean'], '6.3f')} "
+              f"{fmt(s['psnr_db'], '8.2f')} {fmt(s['ssim'], '6.3f')} "
               f"{fmt(s['density_mean'], '8.3f')} {fmt(s['recall_mean'], '7.3f')}")

@@ -35,17 +35,29 @@ def clustered(n_tokens, heads, centers, g, noise=0.35, dtype=torch.float32, devi
 
 
 def _time(repeats, fn, *args, **kwargs):
-    fn(*args, **kwargs)  # warm-up
-    times = []
-    for _ in range(repeats):
+    return _time_in_rounds(repeats, {"only": (fn, args, kwargs)})["only"]
+
+
+def _time_in_rounds(repeats, calls: dict) -> dict:
+    """Median seconds of each call (name -> (fn, args, kwargs)), all of them run once per round in an order that
+    rotates every round, so load from other processes falls on every path alike."""
+    def once(fn, args, kwargs):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         t = time.perf_counter()
         fn(*args, **kwargs)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return sorted(times)[len(times) // 2]
+        return time.perf_counter() - t
+
+    names = list(calls)
+    for name in names:  # warm-up
+        once(*calls[name])
+    times: dict = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(once(*calls[name]))
+    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
 
 
 def run_attention_bench(out_dir, cache_frames=(3, 12, 21, 42), heads=None, repeats=5, seed=0, device=None) -> dict:
@@ -80,10 +92,11 @@ def run_attention_bench(out_dir, cache_frames=(3, 12, 21, 42), heads=None, repea
         kcs, vcs, bcs = kc[:, :, order_c], vc[:, :, order_c], bias_c[..., order_c]
         layout_c = build_sparse_layout(q_codes, hasher.codes(kcs)[..., 0], n_dense=nq, radius=1)
 
-        t_dense = _time(repeats, attention, q, k, v)
-        t_temp = _time(repeats, attention, q, kc, vc, bias_c)
-        t_sparse = _time(repeats, sparse_attention, q, ks, vs, layout)
-        t_both = _time(repeats, sparse_attention, q, kcs, vcs, layout_c, bcs)
+        t = _time_in_rounds(repeats, {"dense": (attention, (q, k, v), {}),
+                                      "tempcache": (attention, (q, kc, vc, bias_c), {}),
+                                      "annsa": (sparse_attention, (q, ks, vs, layout), {}),
+                                      "both": (sparse_attention, (q, kcs, vcs, layout_c, bcs), {})})
+        t_dense, t_temp, t_sparse, t_both = t["dense"], t["tempcache"], t["annsa"], t["both"]
         k_codes = hasher.codes(ks)[..., 0]
         t_plan = _time(1, build_sparse_layout, q_codes, k_codes, n_dense=nq, radius=1)
 

@@ -35,7 +35,8 @@ def resident_bytes() -> int:
 
 
 def line_plots(path: Path, panels: list[dict], title: str = "") -> Path | None:
-    """``panels``: [{"title", "xlabel", "ylabel", "series": {label: (xs, ys)}, "logy"?}] side by side."""
+    """``panels``: [{"title", "xlabel", "ylabel", "series": {label: (xs, ys)}, "logy"?, "marker"?}] side by
+    side."""
     try:
         import matplotlib
 
@@ -47,7 +48,7 @@ def line_plots(path: Path, panels: list[dict], title: str = "") -> Path | None:
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         for label, (xs, ys) in panel["series"].items():
-            ax.plot(xs, ys, label=label, linewidth=1.4)
+            ax.plot(xs, ys, label=label, linewidth=1.4, marker=panel.get("marker"), markersize=4)
         ax.set_title(panel["title"])
         ax.set_xlabel(panel["xlabel"])
         ax.set_ylabel(panel["ylabel"])

@@ -1,13 +1,13 @@
 """``fastar bench rollout``: dense against FAST-AR on one model, side by side in one run.
 
-Per chunk: seconds, cache bytes, memory (CUDA peak, or resident memory on a CPU), density. Per frame: PSNR
-and SSIM against ``dense-global`` (the paper's unbounded baseline). ``rollout.json`` holds every figure and a
+Modes run chunk by chunk in turn (``interleave.py``). Per chunk: seconds, cache bytes, memory (CUDA peak, or
+resident memory on a CPU), density. Quality: PSNR pooled over every generated frame and mean SSIM against
+``dense-global`` (the paper's unbounded baseline), with the per-frame curves. ``rollout.json`` holds every figure and a
 ``summary`` per mode; ``rollout.png`` plots them.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -16,9 +16,11 @@ import torch
 
 from ...fastar_core.engine import build_sampler
 from ...fastar_core.errors import FastARError
-from ...fastar_core.fastar.metrics import per_frame_psnr, per_frame_ssim
+from ...fastar_core.fastar.metrics import video_quality
 from ...fastar_core.runner import CausalRunner
 from ...fastar_core.sampler import RolloutConfig
+from .cost_model import modelled_speedup, real_prompt_tokens, shape_of_scenario
+from .interleave import median_rows, run_in_turns
 from .report import latency_growth, line_plots, machine, mean, resident_bytes, write_json
 from .scenarios import CAPACITY_FRAMES, Scenario, bench_modes, demo_scenario, wan_shapes_scenario
 
@@ -52,10 +54,49 @@ def run_mode(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: 
     return result, rows
 
 
+def timed_rollouts(scenario: Scenario, modes: dict, frames: int, seed: int, repeats: int = 1,
+                   progress: bool = True):
+    """Every mode of ``modes`` (name -> (cache spec, FAST-AR config)) on ``scenario``, chunk by chunk in turn
+    (``interleave.py``), ``repeats`` times; returns (results of the first repeat, name -> {"chunks": rows with
+    the median seconds, "fastar", "cache"})."""
+    # Warm-up: first calls allocate and pick kernels; keep them out of the timings.
+    run_mode(scenario, *next(iter(modes.values())), frames=2 * scenario.frames_per_block, seed=seed)
+    chunks = -(-frames // scenario.frames_per_block)
+    runs = {name: [] for name in modes}
+    results = {}
+    for repeat in range(repeats):
+        start = time.perf_counter()
+        done = [0]
+
+        def job(name, spec, fastar, repeat=repeat, done=done):
+            def run(hand_on):
+                def on_chunk(row):
+                    done[0] += 1
+                    if progress and sys.stdout.isatty():
+                        print(f"\rrepeat {repeat + 1}/{repeats}: {done[0]}/{chunks * len(modes)} chunks of "
+                              f"{len(modes)} modes in turn", end="", flush=True)
+                    hand_on(row)
+
+                return run_mode(scenario, spec, fastar, frames, seed, on_chunk=on_chunk)
+            return run
+
+        out = run_in_turns({name: job(name, *mode) for name, mode in modes.items()})
+        if progress:
+            print(f"\rrepeat {repeat + 1}/{repeats}: {len(modes)} modes x {chunks} chunks in "
+                  f"{time.perf_counter() - start:7.1f} s" + " " * 20)
+        for name, (result, rows) in out.items():
+            runs[name].append(rows)
+            if repeat == 0:  # outputs are the same every repeat (same seed); keep the first
+                results[name] = result
+    per_mode = {name: {"chunks": median_rows(runs[name]), "fastar": modes[name][1].to_dict(),
+                       "cache": modes[name][0].policy} for name in modes}
+    return results, per_mode
+
+
 def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=None, seed: int = 0, device=None,
                       progress: bool = True, repeats: int | None = None) -> dict:
-    """Every mode on one model; with ``repeats`` > 1 the modes run in rotating rounds and each chunk's time is
-    the median over rounds, so a burst of load on a shared machine cannot land on one mode only."""
+    """Every mode on one model, chunk by chunk in turn (so a burst of load on a shared machine lands on every
+    mode alike); with ``repeats`` > 1 each chunk's time is the median over repeats."""
     out_dir = Path(out_dir)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     scenario = demo_scenario(seed, device) if model == "demo" else wan_shapes_scenario(seed, device)
@@ -71,40 +112,14 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
     if repeats < 1:
         raise FastARError(f"--repeats must be at least 1, got {repeats}")
 
-    # Warm-up: first calls allocate and pick kernels; keep them out of the timings.
-    run_mode(scenario, *all_modes["dense-global"], frames=2 * scenario.frames_per_block, seed=seed)
-
-    results, per_mode, times = {}, {}, {name: [] for name in names}
-    for round_index in range(repeats):
-        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
-            spec, fastar = all_modes[name]
-            start = time.perf_counter()
-            label = name if repeats == 1 else f"{name} ({round_index + 1}/{repeats})"
-
-            def show(row, label=label):
-                if progress and sys.stdout.isatty():
-                    print(f"\r{label:22s} chunk {row['index']:4d} {row['seconds'] * 1000:8.1f} ms "
-                          f"cache {row['cache_bytes'] / 2**20:8.2f} MiB", end="", flush=True)
-
-            result, rows = run_mode(scenario, spec, fastar, frames, seed, on_chunk=show)
-            if progress:
-                print(f"\r{label:22s} done in {time.perf_counter() - start:7.1f} s" + " " * 30)
-            times[name].append([r["seconds"] for r in rows])
-            if round_index == 0:  # outputs are the same every round (same seed); keep the first
-                results[name] = result
-                per_mode[name] = {"chunks": rows, "fastar": fastar.to_dict(), "cache": spec.policy}
-    for name in names:
-        for i, row in enumerate(per_mode[name]["chunks"]):
-            row["seconds_each_round"] = [round(run[i], 5) for run in times[name]]
-            row["seconds"] = statistics.median(run[i] for run in times[name])
-
+    results, per_mode = timed_rollouts(scenario, {n: all_modes[n] for n in names}, frames, seed, repeats,
+                                       progress=progress)
     start_frames = scenario.initial_latents.shape[2] if scenario.initial_latents is not None else 0
-    reference = results["dense-global"].latent[:, :, start_frames:].float().cpu()
     if scenario.quality:
+        reference = results["dense-global"].latent
         for name in names:
-            latent = results[name].latent[:, :, start_frames:].float().cpu()
-            per_mode[name]["psnr"] = [round(x, 3) for x in per_frame_psnr(latent, reference, data_range=2.0)]
-            per_mode[name]["ssim"] = [round(x, 4) for x in per_frame_ssim(latent, reference, data_range=2.0)]
+            per_mode[name]["quality"] = video_quality(results[name].latent, reference, start_frames,
+                                                      data_range=2.0).to_dict()
 
     for name in names:
         spec, fastar = all_modes[name]
@@ -112,25 +127,29 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
             _, rows = run_mode(scenario, spec, fastar, min(frames, MEASURED_FRAMES), seed, measure=True)
             per_mode[name]["measured_chunks"] = rows
 
+    shape = shape_of_scenario(scenario)
+    prompt_tokens = real_prompt_tokens(scenario.context)
     dense_total = sum(r["seconds"] for r in per_mode["dense-global"]["chunks"])
     for name in names:
         m = per_mode[name]
         seconds = [r["seconds"] for r in m["chunks"]]
-        finite = [x for x in m.get("psnr", []) if x != float("inf")]
+        quality = m.get("quality", {})
         m["summary"] = {
             "seconds_total": round(sum(seconds), 4),
             "speedup_vs_dense": round(dense_total / sum(seconds), 3),
+            "modelled_speedup": round(modelled_speedup(shape, frames, *mode_cost(*all_modes[name], prompt_tokens)), 3),
             "latency_growth": _round(latency_growth(seconds), 3),
             "cache_bytes_max": max(r["cache_bytes"] for r in m["chunks"]),
             "cache_bytes_last": m["chunks"][-1]["cache_bytes"],
             "cache_bytes_allocated": results[name].cache_stats.get("allocated_bytes"),
-            "psnr_mean": _round(mean(finite), 3) if scenario.quality else None,
-            "ssim_mean": _round(mean(m.get("ssim", [])), 4) if scenario.quality else None,
+            "psnr_db": quality.get("psnr_db"),
+            "ssim": quality.get("ssim"),
             "density_mean": _round(mean(r.get("density") for r in m.get("measured_chunks", [])), 4),
             "recall_mean": _round(mean(r.get("recall") for r in m.get("measured_chunks", [])), 4),
         }
-        if scenario.quality and name == "dense-global":
-            m["summary"]["psnr_mean"] = float("inf")
+        m["summary"]["efficiency"] = round(m["summary"]["speedup_vs_dense"] / m["summary"]["modelled_speedup"], 3)
+        if "psnr_note" in quality:
+            m["summary"]["psnr_note"] = quality["psnr_note"]
     report = {
         "benchmark": "rollout", "model": scenario.name, "frames": frames, "seed": seed, "device": str(device),
         "repeats": repeats,
@@ -138,11 +157,17 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
         "scenario": scenario.notes, "machine": machine(), "modes": per_mode,
         "definitions": {
             "speedup_vs_dense": "total chunk seconds of dense-global / this mode, same run, same seed",
-            "seconds": f"per chunk, median over {repeats} rotating round(s) of every mode",
+            "modelled_speedup": "the same ratio of matmul FLOPs from the model's shapes and the mode's cache "
+                                "capacity (cost_model.py; AnnSA counted dense)",
+            "efficiency": "speedup_vs_dense / modelled_speedup",
+            "seconds": f"per chunk, median over {repeats} repeat(s); in each, every mode runs chunk by chunk in "
+                       "turn, the order rotating every round",
             "latency_growth": "mean seconds of the last 10 chunks / mean of chunks 5 to 15",
             "cache_bytes": "live cache entries (TempCache: occupied group slots); cache_bytes_allocated: the "
                            "buffers, allocated once per rollout",
-            "psnr_mean": "mean over generated frames of PSNR against dense-global (data range 2)",
+            "psnr_db": "PSNR against dense-global pooled over every generated frame (mean squared error first, "
+                       "data range 2); null where identical",
+            "ssim": "mean SSIM over every generated frame against dense-global",
             "density": f"executed query-key pairs / dense pairs, mean over self-attention calls of a chunk, first "
                        f"{MEASURED_FRAMES} frames",
             "recall": f"dense attention mass on visited keys, 64 sampled queries per call, first "
@@ -152,6 +177,19 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
     write_json(out_dir / "rollout.json", report)
     _plot(out_dir / "rollout.png", per_mode, scenario.frames_per_block, start_frames, scenario.name, frames)
     return report
+
+
+def mode_cost(spec, fastar, prompt_tokens: int) -> tuple:
+    """(capacity_frames or None for dense-global, tempcache, sink_frames, text_tokens) of a mode for the
+    cost model."""
+    text = prompt_tokens if fastar.annca else None
+    if spec.policy == "global":
+        return None, False, 0, text
+    if spec.policy == "window":
+        return spec.sink_frames + spec.window_frames, False, spec.sink_frames, text
+    if spec.policy == "rolling":
+        return spec.rolling_attend, False, spec.sink_frames, text
+    return spec.tempcache.capacity_frames, True, spec.sink_frames, text
 
 
 def _round(x, n):
@@ -168,8 +206,10 @@ def _plot(path, per_mode, fpb, start_frames, model, frames):
         {"title": "KV cache", "xlabel": "latent frame", "ylabel": "MiB",
          "series": {n: (xs(m), [r["cache_bytes"] / 2**20 for r in m["chunks"]]) for n, m in per_mode.items()}},
     ]
-    quality = {n: (list(range(start_frames, start_frames + len(m["psnr"]))), m["psnr"])
-               for n, m in per_mode.items() if "psnr" in m and n != "dense-global"}
+    quality = {n: (list(range(start_frames, start_frames + len(m["quality"]["per_frame_psnr_db"]))),
+                   [p if p is not None else float("nan") for p in m["quality"]["per_frame_psnr_db"]])
+               for n, m in per_mode.items() if "quality" in m and n != "dense-global"}
     if quality:
-        panels.append({"title": "PSNR vs dense-global", "xlabel": "latent frame", "ylabel": "dB", "series": quality})
+        panels.append({"title": "per-frame PSNR vs dense-global", "xlabel": "latent frame", "ylabel": "dB",
+                       "series": quality})
     line_plots(path, panels, title=f"rollout benchmark: {model}, {frames} latent frames")

@@ -90,3 +90,26 @@ def bench_modes(preset: str = "balanced") -> dict:
         # AnnSA on every call whatever the size: what bucketing costs and keeps where the default would skip it.
         "all+forced-annsa": temp(annca=True, annsa=True, annsa_min_keys=0),
     }
+
+
+
+def pareto_modes(capacities, thresholds, variants: dict) -> dict:
+    """``fastar bench pareto``'s points: name -> {"spec", "fastar", "policy", "capacity", ...}. ``variants``:
+    label -> TempCache setting overrides, each run at every capacity (threshold 0.9 unless overridden)."""
+    def point(policy, capacity, **kw):
+        s = resolve_settings(sink_frames=SINK_FRAMES, **kw)
+        return {"spec": s.cache, "fastar": s.fastar, "policy": policy, "capacity": capacity}
+
+    def temp(cap, **settings):
+        return point("tempcache", cap, preset="balanced", tempcache_overrides={"capacity_frames": cap, **settings},
+                     attention_overrides={"annca": False, "annsa": False})
+
+    points = {"dense-global": point("global", None, cache_policy="global")}
+    for cap in capacities:
+        points[f"dense-window@{cap}"] = point("window", cap, cache_policy="window", window_frames=cap - SINK_FRAMES)
+        for th in thresholds:
+            points[f"tempcache-{th}@{cap}"] = {**temp(cap, threshold=th), "threshold": th}
+        for label, overrides in variants.items():
+            p = temp(cap, **{"threshold": 0.9, **overrides})
+            points[f"tempcache-{label}@{cap}"] = {**p, "threshold": p["spec"].tempcache.threshold, "variant": label}
+    return points

@@ -1,0 +1,200 @@
+"""``fastar bench cost-model``: what a bounded cache can save, from the model's shapes alone.
+
+Matrix-multiply FLOPs (2 per multiply-add) of the transformer, by part, per layer and forward pass over the ``n``
+query tokens of a chunk with ``m`` cached tokens:
+
+- projections: self-attention q, k, v, o and cross-attention q, o: ``6 * 2 n d^2`` (the prompt's cross-attention
+  keys and values are projected once per prompt, not per chunk);
+- FFN: ``2 * 2 n d f``;
+- cross-attention over ``L`` prompt keys: ``2 * 2 n L d``;
+- self-attention over the cache and the chunk itself: ``2 * 2 n (m + n) d``;
+- TempCache matching, at the clean pass only: each new key's cosine against the ``r`` representatives,
+  ``2 n r d``.
+
+A chunk runs one forward per denoising step and one clean pass (skipped for the last chunk). ``dense-global``
+attends to every committed frame; a bounded cache of ``C`` frames attends to at most ``C``. The speedup any
+bounded cache can reach is dense-global's total over the total with ``C = 0`` (attention to the chunk itself
+only): whatever a cache keeps only adds to that. Not counted: norms, RoPE, softmax, modulation, the patch
+embedding and head, the VAE and the text encoder (elementwise or per-rollout work; on a GPU small beside the
+matmuls, on a CPU at small widths not, which the measured/modelled efficiency shows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .report import line_plots, write_json
+
+PARTS = ("projections", "ffn", "cross_attention", "self_attention", "tempcache_matching")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    dim: int
+    heads: int
+    layers: int
+    ffn: int
+    tokens_per_frame: int
+    text_tokens: int  # cross-attention keys per query
+    frames_per_block: int = 3
+    steps: int = 4  # denoising forwards per chunk; the clean pass comes on top
+    start_frames: int = 0  # given clean frames committed before the first chunk
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Wan2.1 at 480x832: 60x104 latent, 2x2 patches = 1,560 tokens per latent frame; Self-Forcing's 4 steps,
+# chunks of 3 latent frames; UMT5's 512 prompt tokens (padding included: the dense reference attends to all).
+WAN_1_3B = ModelShape("Wan2.1-1.3B 480x832", dim=1536, heads=12, layers=30, ffn=8960, tokens_per_frame=1560,
+                      text_tokens=512)
+WAN_14B = ModelShape("Wan2.1-14B 480x832", dim=5120, heads=40, layers=40, ffn=13824, tokens_per_frame=1560,
+                     text_tokens=512)
+
+
+def shape_of_scenario(scenario, text_tokens: int | None = None) -> ModelShape:
+    """The shapes a rollout bench scenario runs at (its model, frame size, chunk size and schedule)."""
+    from ...fastar_core.schedule import get_schedule
+
+    cfg = scenario.model.config
+    ph, pw = cfg.patch_size[1], cfg.patch_size[2]
+    tpf = (scenario.latent_hw[0] // ph) * (scenario.latent_hw[1] // pw)
+    schedule = get_schedule(scenario.schedule)
+    start = scenario.initial_latents.shape[2] if scenario.initial_latents is not None else 0
+    return ModelShape(scenario.name, dim=cfg.dim, heads=cfg.num_heads, layers=cfg.num_layers, ffn=cfg.ffn_dim,
+                      tokens_per_frame=tpf, text_tokens=text_tokens or scenario.context.shape[1],
+                      frames_per_block=scenario.frames_per_block, steps=schedule.num_steps, start_frames=start)
+
+
+def real_prompt_tokens(context) -> int:
+    """Prompt rows that are not zero padding, plus the one key the exact pad merge leaves."""
+    nonzero = int((context[0].abs().sum(-1) > 0).sum())
+    return nonzero + int(nonzero < context.shape[1])
+
+
+def pass_flops(s: ModelShape, n: int, m: int, text_tokens: int | None = None, reps: int = 0) -> dict:
+    """FLOPs of one forward over ``n`` query tokens with ``m`` cached tokens, every layer; ``reps``: TempCache
+    representatives matched against (clean pass only)."""
+    d, L = s.dim, text_tokens if text_tokens is not None else s.text_tokens
+    per_layer = {
+        "projections": 6 * 2 * n * d * d,
+        "ffn": 2 * 2 * n * d * s.ffn,
+        "cross_attention": 2 * 2 * n * L * d,
+        "self_attention": 2 * 2 * n * (m + n) * d,
+        "tempcache_matching": 2 * n * reps * d,
+    }
+    return {k: v * s.layers for k, v in per_layer.items()}
+
+
+def rollout_flops(s: ModelShape, frames: int, capacity_frames: int | None = None, tempcache: bool = False,
+                  sink_frames: int = 3, text_tokens: int | None = None) -> dict:
+    """Total and per-chunk FLOPs of generating ``frames`` latent frames. ``capacity_frames`` None is
+    dense-global (every committed frame); 0 is no cache at all (the floor of any bounded cache)."""
+    p, fpb = s.tokens_per_frame, s.frames_per_block
+    totals = dict.fromkeys(PARTS, 0)
+    per_chunk = []
+    committed, f = s.start_frames, 0
+    while f < frames:
+        n_frames = min(fpb, frames - f)
+        cached = committed if capacity_frames is None else min(committed, capacity_frames)
+        n, m = n_frames * p, cached * p
+        chunk = dict.fromkeys(PARTS, 0)
+        for _ in range(s.steps):
+            for k, v in pass_flops(s, n, m, text_tokens).items():
+                chunk[k] += v
+        if f + n_frames < frames:  # the last chunk's clean pass is skipped
+            reps = max(0, cached - sink_frames) * p if tempcache else 0
+            for k, v in pass_flops(s, n, m, text_tokens, reps).items():
+                chunk[k] += v
+        for k in PARTS:
+            totals[k] += chunk[k]
+        per_chunk.append(sum(chunk.values()))
+        committed += n_frames
+        f += n_frames
+    return {"total": sum(totals.values()), "parts": totals, "per_chunk": per_chunk}
+
+
+def modelled_speedup(s: ModelShape, frames: int, capacity_frames: int | None, tempcache: bool = False,
+                     sink_frames: int = 3, text_tokens: int | None = None,
+                     reference_text_tokens: int | None = None) -> float:
+    """dense-global's FLOPs over those of a cache of ``capacity_frames`` (None: dense-global itself)."""
+    dense = rollout_flops(s, frames, None, text_tokens=reference_text_tokens)["total"]
+    return dense / rollout_flops(s, frames, capacity_frames, tempcache, sink_frames, text_tokens)["total"]
+
+
+def video_to_latent_frames(video_frames: int) -> int:
+    return (video_frames - 1) // 4 + 1
+
+
+VIDEO_FRAMES = (81, 241, 481, 961, 1921, 3001)
+
+
+def cost_table(s: ModelShape, latent_lengths, capacity_frames: int = 21) -> list[dict]:
+    rows = []
+    for frames in latent_lengths:
+        dense = rollout_flops(s, frames)
+        shares = {k: round(v / dense["total"], 4) for k, v in dense["parts"].items()}
+        rows.append({
+            "latent_frames": frames, "video_frames": 4 * (frames - 1) + 1,
+            "dense_global_flops": float(f"{dense['total']:.4g}"),
+            "dense_global_shares": shares,
+            "speedup_limit": round(modelled_speedup(s, frames, 0), 3),
+            f"speedup_window_{capacity_frames}": round(modelled_speedup(s, frames, capacity_frames), 3),
+            f"speedup_tempcache_{capacity_frames}": round(modelled_speedup(s, frames, capacity_frames, True), 3),
+        })
+    return rows
+
+
+def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) -> dict:
+    from .scenarios import demo_scenario, wan_shapes_scenario
+
+    out_dir = Path(out_dir)
+    lengths = [video_to_latent_frames(v) for v in VIDEO_FRAMES]
+    models = {}
+    for shape in (WAN_1_3B, WAN_14B):
+        models[shape.name] = {"shape": shape.to_dict(), "rows": cost_table(shape, lengths, capacity_frames)}
+    for scenario in (demo_scenario(0), wan_shapes_scenario(0)):
+        shape = shape_of_scenario(scenario)
+        cpu_lengths = sorted({min(cpu_frames, x) for x in (21, 60, 120, cpu_frames)})
+        models[f"{shape.name} (CPU bench)"] = {"shape": shape.to_dict(),
+                                               "rows": cost_table(shape, cpu_lengths, capacity_frames)}
+    report = {"benchmark": "cost-model", "capacity_frames": capacity_frames, "models": models,
+              "definitions": {
+                  "speedup_limit": "dense-global FLOPs / FLOPs with no cache at all: no bounded cache can beat it",
+                  f"speedup_window_{capacity_frames}": f"dense-global / a dense cache of {capacity_frames} frames",
+                  f"speedup_tempcache_{capacity_frames}": "the same plus TempCache's matching at each clean pass",
+                  "dense_global_shares": "share of dense-global's FLOPs by part",
+                  "counted": "matmul FLOPs of the transformer (see tools/bench/cost_model.py)"}}
+    write_json(out_dir / "cost_model.json", report)
+    series_speed, series_share = {}, {}
+    for name, m in models.items():
+        if "CPU" in name:
+            continue
+        xs = [r["video_frames"] for r in m["rows"]]
+        series_speed[f"{name}: limit"] = (xs, [r["speedup_limit"] for r in m["rows"]])
+        series_speed[f"{name}: {capacity_frames}-frame cache"] = (
+            xs, [r[f"speedup_window_{capacity_frames}"] for r in m["rows"]])
+        series_share[name] = (xs, [r["dense_global_shares"]["self_attention"] for r in m["rows"]])
+    line_plots(out_dir / "cost_model.png", [
+        {"title": "modelled end-to-end speedup over dense-global", "xlabel": "video frames", "ylabel": "x",
+         "series": series_speed},
+        {"title": "self-attention share of dense-global FLOPs", "xlabel": "video frames", "ylabel": "share",
+         "series": series_share},
+    ], title="cost model (matmul FLOPs), Self-Forcing schedule")
+    print_cost_model(report)
+    return report
+
+
+def print_cost_model(report: dict) -> None:
+    c = report["capacity_frames"]
+    for name, m in report["models"].items():
+        print(f"\n{name}" + ("" if "CPU" in name else " (video frames = 4 x (latent frames - 1) + 1)"))
+        print(f"{'video fr':>8s} {'latent fr':>9s} {'dense FLOP':>11s} {'self-attn share':>15s} {'limit':>7s} "
+              f"{f'{c}-fr cache':>11s} {'tempcache':>9s}")
+        for r in m["rows"]:
+            video = "-" if "CPU" in name else str(r["video_frames"])  # CPU models' frames are latent frames only
+            print(f"{video:>8s} {r['latent_frames']:9d} {r['dense_global_flops']:11.3g} "
+                  f"{r['dense_global_shares']['self_attention']:15.3f} {r['speedup_limit']:7.2f} "
+                  f"{r[f'speedup_window_{c}']:11.2f} {r[f'speedup_tempcache_{c}']:9.2f}")
