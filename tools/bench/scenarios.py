@@ -67,6 +67,13 @@ def wan_shapes_scenario(seed: int = 0, device="cpu", heads: int | None = None, l
 # would give. Capacity is shared, so dense-window and TempCache hold the same number of frames' worth of tokens.
 CAPACITY_FRAMES = 21
 SINK_FRAMES = 3
+CHUNK_FRAMES = 3  # frames per block of both bench models
+
+
+def window_attending(cached_frames: int) -> int:
+    """The window size (frames attended: LongLive's local_attn_size) of a window that caches ``cached_frames``,
+    sink included, as a TempCache of that capacity does: the chunk attends to them and to itself."""
+    return cached_frames + CHUNK_FRAMES
 
 
 def bench_modes(preset: str = "balanced") -> dict:
@@ -80,8 +87,7 @@ def bench_modes(preset: str = "balanced") -> dict:
 
     return {
         "dense-global": mode(cache_policy="global"),
-        # A 3-frame chunk attends to the window's frames and itself: the 21 TempCache holds, plus the chunk.
-        "dense-window": mode(cache_policy="window", window_frames=CAPACITY_FRAMES + 3),
+        "dense-window": mode(cache_policy="window", window_frames=window_attending(CAPACITY_FRAMES)),
         "tempcache": temp(annca=False, annsa=False),
         "tempcache+annsa": temp(annca=False, annsa=True),
         "all": temp(annca=True, annsa=True),
@@ -106,7 +112,7 @@ def pareto_modes(capacities, thresholds, variants: dict) -> dict:
 
     points = {"dense-global": point("global", None, cache_policy="global")}
     for cap in capacities:
-        points[f"dense-window@{cap}"] = point("window", cap, cache_policy="window", window_frames=cap - SINK_FRAMES)
+        points[f"dense-window@{cap}"] = point("window", cap, cache_policy="window", window_frames=window_attending(cap))
         for th in thresholds:
             points[f"tempcache-{th}@{cap}"] = {**temp(cap, threshold=th), "threshold": th}
         for label, overrides in variants.items():
