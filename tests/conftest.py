@@ -33,6 +33,20 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture()
+def standalone_host(monkeypatch, tmp_path):
+    """The nodes' standalone host, fresh for each test, with ``tmp_path`` as its diffusion_models folder."""
+    from comfyui_fastar.nodes import host as host_module
+    from comfyui_fastar.nodes.standalone import StandaloneHost
+
+    monkeypatch.setenv("FASTAR_HOST", "standalone")
+    fresh = StandaloneHost()
+    fresh.output_dir = tmp_path / "output"
+    monkeypatch.setattr(host_module, "_standalone", fresh)
+    fresh.register_folder("diffusion_models", tmp_path)
+    return fresh
+
+
+@pytest.fixture()
 def one_thread():
     """Small tensors: one thread avoids the OpenMP barrier stalls that dominate on a shared, busy CPU."""
     before = torch.get_num_threads()

@@ -17,11 +17,10 @@ from comfyui_fastar.fastar_core.sampler import chunk_plan, noise_seed
 from comfyui_fastar.fastar_core.wan_config import WanConfig
 from comfyui_fastar.fastar_core.wan_model import random_wan
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
-from comfyui_fastar.nodes import host as host_module
 from comfyui_fastar.nodes.constants import FASTAR_OPTIONS_KEY
 from comfyui_fastar.nodes.model_access import fastar_choice_of
 from comfyui_fastar.nodes.node_sampler_ar import sample_ar_video
-from comfyui_fastar.nodes.standalone import NeedsComfyUI, StandaloneHost, StandaloneModel
+from comfyui_fastar.nodes.standalone import NeedsComfyUI, StandaloneModel
 
 TINY = WanConfig(dim=64, num_heads=2, num_layers=2, ffn_dim=128, text_dim=32, freq_dim=32)
 SIZE = 32  # pixels: a 4x4 latent, 2x2 tokens per frame
@@ -29,14 +28,9 @@ LENGTH = 13  # video frames: 4 latent frames, chunks of 3 + 1
 
 
 @pytest.fixture()
-def host(monkeypatch, tmp_path):
-    monkeypatch.setenv("FASTAR_HOST", "standalone")
-    fresh = StandaloneHost()
-    fresh.output_dir = tmp_path / "output"
-    monkeypatch.setattr(host_module, "_standalone", fresh)
+def host(standalone_host, tmp_path):
     save_checkpoint(tiny_model(), tmp_path / "tiny_ar.safetensors", dtype=torch.float32)
-    fresh.register_folder("diffusion_models", tmp_path)
-    return fresh
+    return standalone_host
 
 
 @pytest.fixture()

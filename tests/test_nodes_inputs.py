@@ -9,20 +9,13 @@ from safetensors.torch import save_file
 
 from comfyui_fastar.fastar_core.errors import CheckpointError, FastARError
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
-from comfyui_fastar.nodes import host as host_module
-from comfyui_fastar.nodes.standalone import StandaloneHost
 
 from helpers import tiny_model
 
 
 @pytest.fixture()
-def host(monkeypatch, tmp_path):
-    monkeypatch.setenv("FASTAR_HOST", "standalone")
-    fresh = StandaloneHost()
-    fresh.output_dir = tmp_path / "output"
-    monkeypatch.setattr(host_module, "_standalone", fresh)
-    fresh.register_folder("diffusion_models", tmp_path)
-    return fresh
+def host(standalone_host):
+    return standalone_host
 
 
 def test_loader_node_refuses_a_stray_layer_at_once(host, tmp_path):
