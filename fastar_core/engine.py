@@ -79,7 +79,8 @@ def resolve_settings(*, preset: str = "off", cache_policy: str = "auto", tempcac
 def attention_for(runner, fastar: FastARConfig, measure: bool = False, rope_max_distance: int | None = None):
     g = runner.geometry
     if fastar.enabled or measure:
-        return FastARAttention(fastar, g.num_heads, g.head_dim, measure=measure, rope_max_distance=rope_max_distance)
+        return FastARAttention(fastar, g.num_heads, g.head_dim, measure=measure, rope_max_distance=rope_max_distance,
+                               sa_heads=runner.head_range, parallel=runner.parallel)
     return DenseAttention(backend=fastar.backend, rope_max_distance=rope_max_distance,
                           verify_kernels=fastar.verify_kernels)
 

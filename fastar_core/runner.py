@@ -15,6 +15,7 @@ import torch
 from .attention import DenseAttention, PassInfo
 from .caches.base import KVCache
 from .errors import FastARError
+from .parallel import SequenceParallel
 from .rope import grid_positions
 
 
@@ -65,9 +66,14 @@ def sinusoidal_embedding(dim: int, position: torch.Tensor) -> torch.Tensor:
 
 class CausalRunner:
     def __init__(self, model, attention: DenseAttention | None = None, dtype: torch.dtype | None = None,
-                 device: torch.device | str | None = None):
+                 device: torch.device | str | None = None, parallel: SequenceParallel | None = None):
         self.model = model
         self.geometry = read_geometry(model)
+        # Sequence parallelism: this rank runs a slice of every frame's tokens and self-attends with its share
+        # of the heads (parallel.py); None runs the whole forward here.
+        self.parallel = parallel
+        if parallel is not None:
+            parallel.check_heads(self.geometry.num_heads)
         if self.geometry.patch_size[0] != 1:
             raise FastARError(f"temporal patch size {self.geometry.patch_size[0]} is not supported (Wan2.1 uses 1)")
         self.attention = attention or DenseAttention()
@@ -78,6 +84,17 @@ class CausalRunner:
     @property
     def num_layers(self) -> int:
         return self.geometry.num_layers
+
+    @property
+    def local_heads(self) -> int:
+        """Self-attention heads this process attends with, and keeps the cache of."""
+        g = self.geometry
+        return g.num_heads if self.parallel is None else self.parallel.local_heads(g.num_heads)
+
+    @property
+    def head_range(self) -> tuple[int, int]:
+        g = self.geometry
+        return (0, g.num_heads) if self.parallel is None else self.parallel.head_range(g.num_heads)
 
     def grid_hw(self, latent_h: int, latent_w: int) -> tuple[int, int]:
         _, ph, pw = self.geometry.patch_size
@@ -143,6 +160,10 @@ class CausalRunner:
         e = self.model.time_embedding(t_emb).view(B, F, g.dim)
         e0 = self.model.time_projection(e).unflatten(-1, (6, g.dim))  # [B, F, 6, dim]
         positions = grid_positions(info.frame_start, F, gh, gw, device=self.device)
+        sp = self.parallel
+        if sp is not None:
+            sp.check_geometry(g.num_heads, gh * gw)
+            tokens = sp.shard_tokens(tokens, F)
 
         if commit:
             assert cache is not None, "a clean pass needs a cache to write"
@@ -155,6 +176,8 @@ class CausalRunner:
             cache.finish_commit()
         if not need_output:
             return None
+        if sp is not None:
+            tokens = sp.gather_tokens(tokens, F)
         return self._head(tokens, e, F, gh, gw)
 
     def _block(self, i, blk, x, e0, positions, text, cache, info, commit, skip_tail=False):
@@ -171,12 +194,17 @@ class CausalRunner:
         q = self._heads(sa.norm_q(sa.q(h)))
         k = self._heads(sa.norm_k(sa.k(h)))
         v = self._heads(sa.v(h))
+        sp = self.parallel
+        if sp is not None:  # every token of this rank's heads
+            q, k, v = (sp.heads_from_tokens(t, F) for t in (q, k, v))
         view = cache.view(i, info.frame_start, F) if cache is not None else None
         y = self.attention.self_attention(i, q, k, v, positions, view, info)
         if commit:
             cache.commit(i, k, v)
         if skip_tail:
             return x
+        if sp is not None:  # back to every head of this rank's tokens
+            y = sp.tokens_from_heads(y, F)
         y = sa.o(y.transpose(1, 2).reshape(B, N, dim))
         x = x + (per_frame(y) * gate1).view(B, N, dim)
 

@@ -157,8 +157,9 @@ class ARSampler:
 
     def build_cache(self, cfg: RolloutConfig, total_frames: int, grid_hw) -> KVCache:
         g = self.runner.geometry
-        shape = CacheShape(num_layers=g.num_layers, batch=cfg.batch, num_heads=g.num_heads, head_dim=g.head_dim,
-                           grid_hw=grid_hw, dtype=self.runner.dtype, device=self.runner.device,
+        # Under sequence parallelism a rank caches its own heads only.
+        shape = CacheShape(num_layers=g.num_layers, batch=cfg.batch, num_heads=self.runner.local_heads,
+                           head_dim=g.head_dim, grid_hw=grid_hw, dtype=self.runner.dtype, device=self.runner.device,
                            frames_per_block=cfg.frames_per_block)
         return cfg.cache.build(shape, total_frames)
 

@@ -17,6 +17,8 @@ import torch
 
 from ..fastar_core.caches.spec import CacheSpec
 from ..fastar_core.checkpoint import build_model, load_checkpoint
+from ..fastar_core.errors import FastARError
+from ..fastar_core.parallel import check_settings, collective_failure, init_from_launcher, local_device
 from ..fastar_core.runner import CausalRunner
 from ..fastar_core.sampler import RolloutConfig
 from . import checks
@@ -49,11 +51,23 @@ def cache_frames(spec: CacheSpec, total_frames: int, frames_per_block: int) -> i
 
 
 def run_generate(args) -> int:
+    inputs = checks.check_generate(args)
+    device = local_device(inputs.device)
+    parallel = init_from_launcher(device)  # under torchrun: this rank's share of a sequence-parallel rollout
+    try:
+        return _generate(args, inputs, device, parallel)
+    finally:
+        if parallel is not None:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _generate(args, inputs, device, parallel) -> int:
     from ..fastar_core.engine import build_sampler
     from .args import settings_from_arguments
 
-    inputs = checks.check_generate(args)
-    device = inputs.device
+    is_main = parallel is None or parallel.rank == 0
     ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora)
     cfg = ckpt.config
     checks.check_against_model(args, inputs, cfg)
@@ -64,6 +78,10 @@ def run_generate(args) -> int:
                             cache=spec, mode=args.mode, channels=cfg.in_dim,
                             first_chunk_schedule=getattr(args, "first_schedule", None))
     rollout.validate()
+    if parallel is not None:
+        _, ph, pw = cfg.patch_size
+        parallel.check_geometry(cfg.num_heads, (args.height // 8 // ph) * (args.width // 8 // pw))
+        check_settings(spec, fastar)
     checks.check_rollout_memory(args, cfg, device, cache_frames(spec, args.frames, args.frames_per_block), ckpt.dtype)
     if ckpt.mixed_dtypes:
         print(f"note: the file mixes dtypes {ckpt.file_dtypes}; all weights run as {ckpt.summary()['dtype']}")
@@ -72,16 +90,31 @@ def run_generate(args) -> int:
         ctx, cond_note = inputs.context, f"from {args.cond}"
     else:
         ctx, cond_note = random_conditioning(cfg.text_dim, args.seed), "seeded random stand-in (no --cond given)"
-        print(f"no --cond given: using a {cond_note}")
-    runner = CausalRunner(model)
+        if is_main:
+            print(f"no --cond given: using a {cond_note}")
+    runner = CausalRunner(model, parallel=parallel)
     sampler = build_sampler(runner, fastar, measure=args.measure)
+    traffic: list[dict] = []
 
     def progress(report):
+        if parallel is not None:
+            traffic.append(parallel.traffic.take())
+        if not is_main:
+            return
         print(f"chunk {report.index:4d}  frames {report.frame_start:5d}+{report.frames}  "
               f"{report.seconds * 1000:8.1f} ms  cache {report.cache_bytes / 2**20:9.2f} MiB", flush=True)
 
     start = time.perf_counter()
-    result = sampler.generate(ctx, rollout, callback=progress)
+    try:
+        result = sampler.generate(ctx, rollout, callback=progress)
+    except RuntimeError as e:
+        if parallel is None:
+            raise
+        # A collective failed: a peer rank stopped (killed, interrupted, out of memory) or timed out.
+        raise FastARError(f"rank {parallel.rank} of {parallel.world}: the sequence-parallel rollout stopped because "
+                          f"another rank did ({collective_failure(e)}); every rank ends, nothing was written") from None
+    if not is_main:
+        return 0
     options = {k: v for k, v in vars(args).items() if k not in ("argv", "command")}
     stats = {
         "command": ["fastar", *getattr(args, "argv", sys.argv[1:])],
@@ -98,9 +131,12 @@ def run_generate(args) -> int:
         "fastar": fastar.to_dict(),
         "schedule": result.schedule.to_dict(),
         "seconds_total": round(time.perf_counter() - start, 4),
-        "chunks": [c.to_dict() for c in result.chunks],
+        "chunks": [c.to_dict() | t for c, t in zip(result.chunks, traffic)] if traffic else
+                  [c.to_dict() for c in result.chunks],
         "cache_stats": result.cache_stats,
     }
+    if parallel is not None:  # cache_bytes and sent_bytes are per rank; every rank holds the same share
+        stats["sequence_parallel"] = {"ranks": parallel.world, "heads_per_rank": runner.local_heads}
     out = Path(args.out)
     write_run(out, result.latent, stats, run_id=uuid.uuid4().hex)
     print(f"wrote {out / LATENT_FILE} and {out / STATS_FILE}")

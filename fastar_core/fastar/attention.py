@@ -32,11 +32,15 @@ MEASURED_QUERIES = 64  # queries sampled per attention call when measuring recal
 
 class FastARAttention(DenseAttention):
     def __init__(self, config: FastARConfig, num_heads: int, head_dim: int, measure: bool = False,
-                 rope_max_distance: int | None = None):
+                 rope_max_distance: int | None = None, sa_heads: tuple[int, int] | None = None, parallel=None):
         super().__init__(backend=config.backend, rope_max_distance=rope_max_distance,
                          verify_kernels=config.verify_kernels)
         self.config = config
         self.num_heads, self.head_dim = num_heads, head_dim
+        # Under sequence parallelism self-attention sees a range of the model's heads (the planes of those heads,
+        # so buckets equal one process's) and cross-attention a slice of every frame's queries (parallel).
+        self.sa_heads = sa_heads or (0, num_heads)
+        self.parallel = parallel
         self.measure = measure
         self.sparse_layers: set = set()
         self._sa_hash: dict = {}
@@ -76,12 +80,16 @@ class FastARAttention(DenseAttention):
         return out
 
     # -- hashing -----------------------------------------------------------------------------------------------
-    def _hasher(self, table: dict, layer: int, salt: int, tables: int, device) -> LSHMatcher:
+    def _hasher(self, table: dict, layer: int, salt: int, tables: int, device,
+                heads: tuple[int, int] | None = None) -> LSHMatcher:
         if layer not in table:
             c = self.config
-            table[layer] = LSHMatcher(self.num_heads, self.head_dim, c.bits, tables,
-                                      seed=c.seed * 1_000_003 + salt * 1009 + layer, multiprobe=c.multiprobe,
-                                      device=device, backend=c.backend)
+            hasher = LSHMatcher(self.num_heads, self.head_dim, c.bits, tables,
+                                seed=c.seed * 1_000_003 + salt * 1009 + layer, multiprobe=c.multiprobe,
+                                device=device, backend=c.backend)
+            if heads is not None and heads != (0, self.num_heads):
+                hasher.planes = hasher.planes[heads[0]:heads[1]].contiguous()
+            table[layer] = hasher
         return table[layer]
 
     # -- self-attention (AnnSA) -----------------------------------------------------------------------------------
@@ -114,7 +122,7 @@ class FastARAttention(DenseAttention):
             cur = torch.zeros(*b.shape[:-1], k.shape[2], device=b.device)
             bias = torch.cat([b[..., :s], cur, b[..., s:]], dim=-1)
         n_dense = s + k.shape[2]
-        hasher = self._hasher(self._sa_hash, layer, 1, 1, q.device)
+        hasher = self._hasher(self._sa_hash, layer, 1, 1, q.device, heads=self.sa_heads)
         layout = build_sparse_layout(hasher.codes(q_rot)[..., 0], hasher.codes(keys)[..., 0], n_dense=n_dense,
                                      block_q=self.config.block_size, block_k=self.config.block_size,
                                      radius=1 if self.config.multiprobe else 0)
@@ -186,13 +194,16 @@ class FastARAttention(DenseAttention):
         # Per frame: the prompt tokens whose bucket (or a Hamming-1 probe of it) some query of the frame hits.
         hasher = self._hasher(self._ca_hash, layer, 2, self.config.tables, q.device)
         B, H, N, D = q.shape
-        F, tpf = N // info.tokens_per_frame, info.tokens_per_frame
+        F = info.num_frames
+        tpf = N // F  # a slice of each frame's tokens under sequence parallelism
         T, n_codes = hasher.tables, 2**hasher.bits
         q_codes = hasher.codes(q).long().view(B, H, F, tpf, T).permute(0, 1, 2, 4, 3)  # [B, H, F, T, tpf]
         hit_map = torch.zeros(B, H, F, T, n_codes, dtype=torch.bool, device=q.device)
         hit_map.scatter_(-1, q_codes, True)
         probes = k_probes.permute(0, 1, 3, 2, 4).reshape(B, H, 1, T, -1).expand(B, H, F, T, -1)
         hits = hit_map.gather(-1, probes).view(B, H, F, T, k_u.shape[2], -1).any(-1).any(3)  # [B, H, F, Lu]
+        if self.parallel is not None:  # a token the frame's queries on any rank hit is kept on every rank
+            hits = self.parallel.any_across_ranks(hits)
         keep = hits | merged
         frame_bias = torch.where(keep, bias[:, :, None], torch.tensor(float("-inf"), device=q.device))
         # Frames become batch entries, so one attention call serves them all with their own key subsets.

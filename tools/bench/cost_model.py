@@ -167,6 +167,9 @@ def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) ->
                   f"speedup_tempcache_{capacity_frames}": "the same plus TempCache's matching at each clean pass",
                   "dense_global_shares": "share of dense-global's FLOPs by part",
                   "counted": "matmul FLOPs of the transformer (see tools/bench/cost_model.py)"}}
+    from .cost_parallel import parallel_report, print_parallel
+
+    report["sequence_parallel"] = parallel_report(capacity_frames=capacity_frames)
     write_json(out_dir / "cost_model.json", report)
     series_speed, series_share = {}, {}
     for name, m in models.items():
@@ -184,6 +187,7 @@ def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) ->
          "series": series_share},
     ], title="cost model (matmul FLOPs), Self-Forcing schedule")
     print_cost_model(report)
+    print_parallel(report["sequence_parallel"])
     return report
 
 
