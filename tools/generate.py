@@ -1,8 +1,9 @@
 """``fastar generate``: a long latent video from a checkpoint, with per-chunk figures in stats.json.
 
-Order: every option is checked first (``checks.py``), then the checkpoint is read and checked, then the rollout's
-memory is checked against the device, and only after the rollout succeeds is the output folder created, its two
-files written as one unit (``outputs.py``). stats.json records the seed, every option and the command line,
+Order: every option is checked first (``checks.py``), then the output folder is locked for this run (a second run
+into it is refused), the checkpoint is read and checked, the rollout's memory is checked against the device, and
+only after the rollout succeeds are its two files written as one unit (``outputs.py``); a run that fails removes
+the folder again if it created it. stats.json records the seed, every option and the command line,
 enough to rerun the same video.
 """
 
@@ -20,7 +21,7 @@ from ..fastar_core.checkpoint import build_model, load_checkpoint
 from ..fastar_core.runner import CausalRunner
 from ..fastar_core.sampler import RolloutConfig
 from . import checks
-from .outputs import LATENT_FILE, STATS_FILE, write_run
+from .outputs import LATENT_FILE, STATS_FILE, run_lock, write_run
 
 
 def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int = 24) -> torch.Tensor:
@@ -49,13 +50,19 @@ def cache_frames(spec: CacheSpec, total_frames: int, frames_per_block: int) -> i
 
 
 def run_generate(args) -> int:
+    inputs = checks.check_generate(args)
+    with run_lock(Path(args.out)):
+        return _run(args, inputs)
+
+
+def _run(args, inputs) -> int:
     from ..fastar_core.engine import build_sampler
     from .args import settings_from_arguments
 
-    inputs = checks.check_generate(args)
     device = inputs.device
     ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora)
     cfg = ckpt.config
+    checks.fill_model_size(args, cfg)
     checks.check_against_model(args, inputs, cfg)
     settings = settings_from_arguments(args, num_layers=cfg.num_layers)
     spec, fastar = settings.cache, settings.fastar
@@ -72,7 +79,7 @@ def run_generate(args) -> int:
         ctx, cond_note = inputs.context, f"from {args.cond}"
     else:
         ctx, cond_note = random_conditioning(cfg.text_dim, args.seed), "seeded random stand-in (no --cond given)"
-        print(f"no --cond given: using a {cond_note}")
+        print("no --cond given: using a seeded random stand-in for the text conditioning")
     runner = CausalRunner(model)
     sampler = build_sampler(runner, fastar, measure=args.measure)
 
