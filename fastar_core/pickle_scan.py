@@ -115,16 +115,16 @@ def scan_pickle(stream, max_depth: int = MAX_DEPTH) -> PickleShape:
                 items.reverse()
                 return items
             items.append(item)
-        raise PickleShapeError("a MARK is missing")
+        raise PickleShapeError("lacks a MARK it needs")
 
     def pop():
         if not stack or stack[-1] is _MARK:
-            raise PickleShapeError("an opcode pops from an empty stack")
+            raise PickleShapeError("pops from an empty stack")
         return stack.pop()
 
     def top_node() -> _Node:
         if not stack or not isinstance(stack[-1], _Node):
-            raise PickleShapeError("an item is added to something that is not a container")
+            raise PickleShapeError("adds an item to something that is not a container")
         return stack[-1]
 
     def new(items=()) -> _Node:
@@ -188,15 +188,15 @@ def scan_pickle(stream, max_depth: int = MAX_DEPTH) -> PickleShape:
                 stack.append(new())
             elif name == "MEMOIZE":
                 if not stack:
-                    raise PickleShapeError("MEMOIZE on an empty stack")
+                    raise PickleShapeError("memoizes from an empty stack")
                 memo[len(memo)] = stack[-1]
             elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
                 if not stack:
-                    raise PickleShapeError("PUT on an empty stack")
+                    raise PickleShapeError("memoizes from an empty stack")
                 memo[arg] = stack[-1]
             elif name in ("GET", "BINGET", "LONG_BINGET"):
                 if arg not in memo:
-                    raise PickleShapeError(f"memo entry {arg} is read before it is written")
+                    raise PickleShapeError(f"reads memo entry {arg} before writing it")
                 stack.append(memo[arg])
             elif name == "DUP":
                 stack.append(stack[-1] if stack else pop())
@@ -206,14 +206,14 @@ def scan_pickle(stream, max_depth: int = MAX_DEPTH) -> PickleShape:
                 pop_mark()
             elif name == "STOP":
                 if len(stack) != 1:
-                    raise PickleShapeError(f"it ends with {len(stack)} items on the stack instead of one")
+                    raise PickleShapeError(f"ends with {len(stack)} items on the stack instead of one")
                 break
             elif name not in _NO_EFFECT:
-                raise PickleShapeError(f"unknown opcode {name}")
+                raise PickleShapeError(f"has an unknown opcode {name}")
     except PickleShapeError:
         raise
     except (ValueError, EOFError, IndexError, KeyError, OverflowError) as e:
-        raise PickleShapeError(f"not a valid pickle ({e})") from None
+        raise PickleShapeError(f"is not a valid pickle ({e})") from None
     depth = _depth(roots, max_depth)
     return PickleShape(depth, objects, nbytes, [s for s in storages if s is not None])
 
@@ -224,7 +224,7 @@ def _storage(pid):
         return None
     kind, key, numel = pid.values[1], pid.values[2], pid.values[4]
     if not isinstance(numel, int):
-        raise PickleShapeError(f"a tensor storage declares a size of {numel!r}, not a count")
+        raise PickleShapeError(f"declares a tensor storage of size {numel!r}, not a count")
     width = _STORAGE_BYTES.get(kind.name, 8) if isinstance(kind, Global) else 8
     return str(key), numel * width
 
@@ -243,18 +243,18 @@ def _depth(roots: list, max_depth: int) -> int:
             if i == 0:
                 on_path.add(id(node))
                 if len(on_path) > max_depth:
-                    raise PickleShapeError(f"it nests containers more than {max_depth} deep")
+                    raise PickleShapeError(f"nests containers more than {max_depth} deep")
             if i < len(node.children):
                 work.append((node, i + 1))
                 child = node.children[i]
                 if id(child) in on_path:
-                    raise PickleShapeError("it holds a container that contains itself")
+                    raise PickleShapeError("holds a container that contains itself")
                 if id(child) not in depth:
                     work.append((child, 0))
                 continue
             d = 1 + max((depth[id(c)] for c in node.children), default=0)
             if d > max_depth:
-                raise PickleShapeError(f"it nests containers more than {max_depth} deep")
+                raise PickleShapeError(f"nests containers more than {max_depth} deep")
             depth[id(node)] = d
             deepest = max(deepest, d)
             on_path.discard(id(node))

@@ -313,7 +313,6 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
     if threads:
         torch.set_num_threads(threads)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     recipe = TrainRecipe(**(recipe_overrides or {}))
     if steps is not None:
         recipe = TrainRecipe(**{**asdict(recipe), "steps": int(steps)})
@@ -332,6 +331,7 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
         state = read_training_state(init_from)
         _state_fits(init_from, lambda: trainer.warm_start(state))
         log(f"initialised from {init_from} ({trainer.phases[-1]['steps']} steps)")
+    out_dir.mkdir(parents=True, exist_ok=True)  # only once what it starts from has been read and accepted
     budget = None if minutes is None else minutes * 60.0
     last_checkpoint = time.perf_counter()
     session_start, elapsed_before = time.perf_counter(), trainer.elapsed
