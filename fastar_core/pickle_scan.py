@@ -10,9 +10,11 @@ capped at the bytes that exist, so a length field cannot make the scan itself al
 
 from __future__ import annotations
 
+import gc
 import pickletools
 from dataclasses import dataclass, field
 
+MAX_OBJECTS = 2_000_000  # a 1,500-tensor checkpoint builds ~30,000
 MAX_DEPTH = 100  # a state dict is ~6 deep (container, dict, tensor rebuild args, size tuple); optimizer state ~8
 _OBJECT_BYTES = 64  # a rough per-object cost, for the memory estimate
 _STORAGE_BYTES = {"DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
@@ -36,17 +38,19 @@ _MARK = _Mark()
 class _Node:
     """A container or object the unpickler would create; ``children`` are the nodes it holds."""
 
-    __slots__ = ("children", "values")
+    __slots__ = ("children", "values", "depth")
 
-    def __init__(self, items=()):
+    def __init__(self, items=()) -> None:
         self.children: list = []
         self.values: list = []
+        self.depth = 1  # a lower bound, kept as items arrive (exact for tuples), so a deep chain stops the scan
         self.add(items)
 
     def add(self, items) -> None:
         for item in items:
             if isinstance(item, _Node):
                 self.children.append(item)
+                self.depth = max(self.depth, item.depth + 1)
             self.values.append(item)
             if len(self.values) > 8:  # only short tuples (persistent ids, globals) need their values
                 self.values = self.values[:8]
@@ -101,6 +105,16 @@ _NO_EFFECT = {"PROTO", "FRAME", "PUT", "BINPUT", "LONG_BINPUT", "READONLY_BUFFER
 
 def scan_pickle(stream, max_depth: int = MAX_DEPTH) -> PickleShape:
     """Walk one pickle (up to its STOP) from ``stream`` (a ``BoundedReader``); raises ``PickleShapeError``."""
+    enabled = gc.isenabled()
+    gc.disable()  # the placeholders hold no cycles; collecting while hundreds of thousands arrive is quadratic
+    try:
+        return _scan(stream, max_depth)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _scan(stream, max_depth: int) -> PickleShape:
     stack: list = []
     memo: dict = {}
     objects = nbytes = 0
@@ -108,7 +122,7 @@ def scan_pickle(stream, max_depth: int = MAX_DEPTH) -> PickleShape:
     roots: list = []
 
     def pop_mark() -> list:
-        items = []
+        items: list = []
         while stack:
             item = stack.pop()
             if item is _MARK:
@@ -127,10 +141,17 @@ def scan_pickle(stream, max_depth: int = MAX_DEPTH) -> PickleShape:
             raise PickleShapeError("adds an item to something that is not a container")
         return stack[-1]
 
+    def too_deep(node: _Node) -> None:
+        if node.depth > max_depth:
+            raise PickleShapeError(f"nests containers more than {max_depth} deep")
+
     def new(items=()) -> _Node:
         nonlocal objects, nbytes
         node = _Node(items)
+        too_deep(node)
         objects += 1
+        if objects > MAX_OBJECTS:
+            raise PickleShapeError(f"builds more than {MAX_OBJECTS:,} objects; a checkpoint builds a few per tensor")
         nbytes += _OBJECT_BYTES + 8 * len(node.values)
         roots.append(node)
         return node
@@ -140,6 +161,9 @@ def scan_pickle(stream, max_depth: int = MAX_DEPTH) -> PickleShape:
             name = op.name
             if name in _SCALARS:
                 objects += 1
+                if objects > MAX_OBJECTS:
+                    raise PickleShapeError(f"builds more than {MAX_OBJECTS:,} objects; a checkpoint builds a few "
+                                           "per tensor")
                 nbytes += _OBJECT_BYTES + (len(arg) if isinstance(arg, (str, bytes, bytearray)) else 0)
                 stack.append(arg if isinstance(arg, (str, int)) and not isinstance(arg, bool) else None)
             elif name in _EMPTY:
@@ -159,17 +183,21 @@ def scan_pickle(stream, max_depth: int = MAX_DEPTH) -> PickleShape:
             elif name == "APPEND":
                 item = pop()
                 top_node().add([item])
+                too_deep(stack[-1])
             elif name in ("APPENDS", "SETITEMS", "ADDITEMS"):
                 items = pop_mark()
                 top_node().add(items)
+                too_deep(stack[-1])
                 nbytes += 16 * len(items)
             elif name == "SETITEM":
                 value, key = pop(), pop()
                 top_node().add([key, value])
+                too_deep(stack[-1])
                 nbytes += 16
             elif name == "BUILD":
                 state = pop()
                 top_node().add([state])
+                too_deep(stack[-1])
             elif name in ("REDUCE", "NEWOBJ"):
                 args, func = pop(), pop()
                 stack.append(new([func, args]))
@@ -213,7 +241,7 @@ def scan_pickle(stream, max_depth: int = MAX_DEPTH) -> PickleShape:
     except PickleShapeError:
         raise
     except (ValueError, EOFError, IndexError, KeyError, OverflowError) as e:
-        raise PickleShapeError(f"is not a valid pickle ({e})") from None
+        raise PickleShapeError(f"is corrupt ({e})") from None
     depth = _depth(roots, max_depth)
     return PickleShape(depth, objects, nbytes, [s for s in storages if s is not None])
 
