@@ -264,6 +264,11 @@ def test_every_subcommand_refuses_bad_options_before_any_work(fuzz_root, one_thr
     training state nor --init-from runs the code a pickle carries."""
     import torch
 
+    # What each command imports, imported once here rather than in every forked child.
+    from comfyui_fastar.tools import calibrate, command_checks, demo_command  # noqa: F401
+    from comfyui_fastar.tools.bench import pareto, scenarios  # noqa: F401
+    from comfyui_fastar.tools.demo import train  # noqa: F401
+
     root = fuzz_root / "subcommands"
     root.mkdir()
     marker = root / "CODE-RAN"

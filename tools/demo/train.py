@@ -318,17 +318,19 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
         recipe = TrainRecipe(**{**asdict(recipe), "steps": int(steps)})
     if batch is not None:
         recipe = TrainRecipe(**{**asdict(recipe), "batch": int(batch)})
-    trainer = Trainer(out_dir, recipe, seed, log)
     state_path = out_dir / STATE_FILE
-    if resume and state_path.is_file():
-        state = read_training_state(state_path)
+    resuming = resume and state_path.is_file()
+    # What the run starts from is read (and refused) before any model is built.
+    state = read_training_state(state_path if resuming else init_from) \
+        if resuming or (init_from is not None and not str(init_from).endswith(".safetensors")) else None
+    trainer = Trainer(out_dir, recipe, seed, log)
+    if resuming:
         _state_fits(state_path, lambda: trainer.load_state_dict(state))
         log(f"resumed at step {trainer.step} ({trainer.elapsed / 60:.1f} min so far)")
     elif init_from is not None and str(init_from).endswith(".safetensors"):
         _state_fits(init_from, lambda: trainer.warm_start_from_weights(init_from))
         log(f"initialised from the weights {init_from} ({trainer.phases[-1]['steps']} steps)")
     elif init_from is not None:
-        state = read_training_state(init_from)
         _state_fits(init_from, lambda: trainer.warm_start(state))
         log(f"initialised from {init_from} ({trainer.phases[-1]['steps']} steps)")
     out_dir.mkdir(parents=True, exist_ok=True)  # only once what it starts from has been read and accepted
