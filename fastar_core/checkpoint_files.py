@@ -171,6 +171,9 @@ def torch_load_problem(e: Exception, kind: str = "pickle") -> str:
         return (f"holds an object of type {m.group(1)}, which would need arbitrary code to load; refused (only "
                 "tensors and plain containers are read)")
     m = re.search(r"Unsupported operand (\d+)", text)
+    if m and m.group(1) in ("149", "148", "147"):  # FRAME, MEMOIZE, STACK_GLOBAL: pickle protocol 4 or 5
+        return ("was saved with pickle protocol 4 or 5, which torch's safe loader does not read; re-save it with "
+                "torch.save's default protocol, or as .safetensors")
     if m:
         where = "its data.pkl is not a valid pickle" if kind == "zip" else "not a valid pickle"
         return f"is corrupt: {where} (unknown opcode {m.group(1)})"

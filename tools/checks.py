@@ -67,7 +67,8 @@ def check_out(out: Path) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".fastar-probe-", dir=probe))
     except OSError as e:
-        raise FastARError(f"--out {out} is not writable ({probe}: {e.strerror or e})") from None
+        raise FastARError(f"--out {out} cannot be written: {probe} does not accept new files or folders "
+                          f"({e.strerror or e}); pick a folder on a writable disk") from None
 
 
 def _explicit(args, names) -> list:
