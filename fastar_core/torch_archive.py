@@ -22,6 +22,7 @@ from .pickle_scan import BoundedReader, PickleShapeError, scan_pickle
 
 MAX_ENTRIES = 200_000  # one per tensor (and a few more); the largest Wan checkpoints hold ~1,500
 _CHUNK = 1 << 20
+_BOMB_BYTES, _BOMB_RATIO = 64 << 20, 200  # entries past 64 MiB that expand more than 200-fold
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOCATOR = b"PK\x06\x07"
 
@@ -73,6 +74,11 @@ def _check_zip(path: Path, size: int) -> None:
             if len(pickles) != 1:
                 raise CheckpointError(path, "is a zip archive but not a torch checkpoint (no single "
                                             "<name>/data.pkl entry)")
+            for info in infos:  # torch.save stores entries uncompressed; a huge expansion is a zip bomb
+                if info.file_size > _BOMB_BYTES and info.file_size > _BOMB_RATIO * max(1, info.compress_size):
+                    raise CheckpointError(path, f"its entry {info.filename} expands {info.compress_size:,} bytes "
+                                                f"into {info.file_size:,} (a zip bomb?); torch.save writes entries "
+                                                "uncompressed")
             _fits_memory(path, sum(i.file_size for i in infos), "its archive's content")
             for info in infos:
                 with z.open(info) as member:  # zipfile raises on a CRC mismatch at the end of the entry

@@ -168,6 +168,14 @@ def hostile_checkpoint_cases(root: Path, sd: dict, metadata: dict, good_pt: Path
     cases["hostile-flipped-byte"] = _flip_stored_byte(good_pt, root / "hostile-flipped-byte.pt", "data/3")
     cases["hostile-duplicate-entry"] = _duplicate_entry(good_pt, root / "hostile-duplicate-entry.pt", "data/0")
     cases["hostile-entry-count"] = _entry_count_claims(good_pt, root / "hostile-entry-count.pt", 10**9)
+    bomb = root / "hostile-zip-bomb.pt"  # 80 MiB of zeros deflated to about 80 KB
+    with zipfile.ZipFile(good_pt) as zin, zipfile.ZipFile(bomb, "w", zipfile.ZIP_STORED) as zout:
+        for item in zin.infolist():
+            if item.filename.endswith("data/0"):
+                zout.writestr(item.filename, bytes(80 << 20), compress_type=zipfile.ZIP_DEFLATED)
+            else:
+                zout.writestr(item, zin.read(item.filename))
+    cases["hostile-zip-bomb"] = bomb
     raw("hostile-legacy-deep", pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + deep_list_pickle())
     cases["hostile-st-duplicate-key"] = safetensors_with_duplicate_key(root / "hostile-st-duplicate-key.safetensors",
                                                                        sd, metadata)

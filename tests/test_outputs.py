@@ -152,3 +152,13 @@ def test_a_failed_write_leaves_no_folder(tmp_path):
     with pytest.raises(TypeError):
         write_run(out, torch.zeros(1), {"bad": Unwritable(x=object())}, "r1")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_refused_run_into_an_existing_folder_leaves_it_as_it_was(ckpt, tmp_path, one_thread):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
+    assert main(["generate", "--checkpoint", str(bad), "--out", str(out), *SMALL]) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]

@@ -133,9 +133,10 @@ def run_lock(out: Path, what: str = "fastar generate"):
     removed again."""
     out = Path(out)
     created = _make_folder(out)
+    state = out / STATE_DIR
+    made_state = not state.exists()
     fd = None
     try:
-        state = out / STATE_DIR
         state.mkdir(exist_ok=True)
         fd = os.open(state / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -151,6 +152,8 @@ def run_lock(out: Path, what: str = "fastar generate"):
         if fd is not None:
             os.close(fd)
             fd = None
+        if made_state and set(os.listdir(state)) <= {LOCK_FILE}:  # a failed first run leaves no bookkeeping
+            shutil.rmtree(state, ignore_errors=True)
         _remove_created(created)
         raise
     finally:
