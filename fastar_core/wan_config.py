@@ -22,6 +22,7 @@ LIMITS = {
     "text_len": (1, 1 << 20),
 }
 MAX_PATCH = 64
+WAN_HEAD_DIM = 128  # every published Wan2.1 size
 
 
 def _is_int(value) -> bool:
@@ -137,9 +138,10 @@ def infer_config(
 ) -> WanConfig:
     """Infer the config from ``{key: shape}`` of a Wan state dict (prefixes already stripped).
 
-    The head count is not in the shapes: it is the known family's of this width (``known_heads``), or given
-    through ``head_dim``/``num_heads`` (or the checkpoint's metadata, read by the loader); a width no family has
-    is refused rather than guessed, so that a file and its conversion to another format build the same model.
+    The head count is not in the shapes: it is given through ``head_dim``/``num_heads`` (or the checkpoint's
+    metadata, read by the loader), else the known family's of this width (``known_heads``), else Wan2.1's head
+    size of 128 where the width is a multiple of it (what ComfyUI builds from the same file); any other width is
+    refused rather than guessed, so that a file and its conversion to another format build the same model.
     Raises ValueError (or KeyError for a missing tensor) naming what does not fit.
     """
     for key, rank in _CONFIG_TENSORS.items():
@@ -156,11 +158,13 @@ def infer_config(
         num_heads = dim // head_dim
     if num_heads is None:
         num_heads = known_heads(dim)
+    if num_heads is None and dim % WAN_HEAD_DIM == 0:
+        num_heads = dim // WAN_HEAD_DIM  # Wan2.1's head size, as ComfyUI's own model detection assumes
     if num_heads is None:
         widths = ", ".join(f"{name} {cfg.dim}/{cfg.num_heads}" for name, cfg in {**KNOWN_SIZES, **PACK_SIZES}.items())
-        raise ValueError(f"the head count is not in the tensor shapes, and no known family is {dim} wide (width/heads: "
-                         f"{widths}); the file must say it: a fastar_config entry (safetensors metadata, or a .pt's "
-                         "top-level dict) with num_heads")
+        raise ValueError(f"the head count is not in the tensor shapes: width {dim} is no known family's (width/heads: "
+                         f"{widths}) nor a multiple of Wan's head size {WAN_HEAD_DIM}; the file must say it: a "
+                         "fastar_config entry (safetensors metadata, or a .pt's top-level dict) with num_heads")
     patch_size = tuple(int(s) for s in patch[2:])
     volume = patch_size[0] * patch_size[1] * patch_size[2]
     head_out = shapes["head.head.weight"][0]
