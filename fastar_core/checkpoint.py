@@ -161,7 +161,7 @@ def _load(path, dtype, expect, config, lora, lora_alpha, check_finite) -> Loaded
                 raise CheckpointError(path, f"{k} has dtype {info.dtype}, which is not a weight dtype")
             declared[k] = (info.shape, _ST_DTYPES[info.dtype])
         found["layout"] = check_layout(path, declared, metadata, config, expect)
-        check_fits(sum(i.nbytes for i in infos.values()), "cpu", f"reading {path.name}")
+        return list(found["layout"].keys.values())  # a bundle's other parts (text encoder, VAE) are not read
 
     raw, metadata = read_raw(path, before_load=before_load)
     sd, container = _pick_container(raw, path)

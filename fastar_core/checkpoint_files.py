@@ -12,25 +12,14 @@ import json
 import os
 import re
 import stat
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CheckpointError
+from .safetensors_reader import MAX_HEADER_BYTES, TensorInfo  # noqa: F401 - part of this module's API
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin")
-MAX_HEADER_BYTES = 100 * 2**20  # the safetensors format's own limit
 _SNIFF_BYTES = 512
-
-
-@dataclass
-class TensorInfo:
-    """One tensor as its file declares it (names and shapes known before the data is read)."""
-
-    dtype: str
-    shape: tuple
-    nbytes: int
 
 
 def check_regular_file(path: Path) -> int:
@@ -113,80 +102,62 @@ def _check_kind(path: Path, size: int) -> str:
 
 
 def read_raw(path: Path, before_load=None):
-    """Return (tensor dict or nested dict, safetensors metadata). ``before_load(infos, metadata)`` sees a safetensors
-    file's declared tensors (``{name: TensorInfo}``) before any is read, and may refuse the file."""
+    """Return (tensor dict or nested dict, metadata), every user file's one way in.
+
+    Safetensors: the header is checked entry by entry (``safetensors_reader``), ``before_load(infos, metadata)``
+    sees the declared tensors (``{name: TensorInfo}``) before any is read and may refuse the file or return the
+    names to read (None: all); what is read must fit in free memory. A torch file is checked as an archive and as
+    a pickle before torch reads it with ``weights_only`` (``torch_archive``); the metadata of a torch file is its
+    top-level ``fastar_config`` entry when it has one."""
     size = check_regular_file(path)
     kind = _check_kind(path, size)
     if path.suffix.lower() in SAFETENSORS_SUFFIXES:
         return _read_safetensors(path, size, before_load)
-    return _read_torch(path, kind), {}
+    from .torch_archive import read_torch
+
+    raw = read_torch(path, kind, size)
+    metadata = {}
+    if isinstance(raw, dict) and isinstance(raw.get("fastar_config"), dict):
+        metadata["fastar_config"] = raw["fastar_config"]
+    return raw, metadata
 
 
 def _read_safetensors(path: Path, size: int, before_load):
-    from safetensors import SafetensorError, safe_open
+    from .memory import format_bytes, free_bytes
+    from .safetensors_reader import read_header, read_tensors
 
-    try:
-        with open(path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-        if size < 8 or n > min(size - 8, MAX_HEADER_BYTES):
-            raise CheckpointError(path, f"not a readable safetensors file: its header claims {n:,} bytes but the "
-                                        f"file has {size:,} (truncated or not safetensors?)")
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            metadata = _decode_metadata(f.metadata() or {})
-            infos = {}
-            for k in f.keys():
-                sl = f.get_slice(k)
-                shape = tuple(sl.get_shape())
-                dtype = str(sl.get_dtype())
-                infos[k] = TensorInfo(dtype, shape, _numel(shape) * _DTYPE_BYTES.get(dtype, 1))
-            if before_load is not None:
-                before_load(infos, metadata)
-            tensors = {k: f.get_tensor(k) for k in infos}
-    except SafetensorError as e:
-        raise CheckpointError(path, f"not a readable safetensors file (truncated or corrupt?): {one_line(e)}") from None
-    return tensors, metadata
+    header = read_header(path, size)
+    metadata = _decode_metadata(header.metadata)
+    names = list(header.tensors)
+    if before_load is not None:
+        chosen = before_load(header.tensors, metadata)
+        if chosen is not None:
+            names = list(chosen)
+    need = sum(header.tensors[k].nbytes for k in names)
+    free = free_bytes("cpu")
+    if free is not None and need > free:
+        raise CheckpointError(path, f"its tensors take {format_bytes(need)} but the host has {format_bytes(free)} "
+                                    "free; refused before reading them")
+    return read_tensors(path, header, names), metadata
 
 
 def _decode_metadata(raw: dict) -> dict:
-    """Metadata values that hold JSON objects or lists, decoded; the rest kept as strings."""
+    """Metadata values that hold JSON objects or lists, decoded (nesting and numbers bounded); the rest kept as
+    strings."""
     metadata = dict(raw)
     for key, value in raw.items():
         if isinstance(value, str) and value.startswith(("{", "[")):
             try:
-                metadata[key] = json.loads(value)
-            except json.JSONDecodeError:
+                metadata[key] = json.loads(value, parse_int=_metadata_int)
+            except (json.JSONDecodeError, RecursionError, ValueError):
                 pass
     return metadata
 
 
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-                "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8, "C64": 8}
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def _read_torch(path: Path, kind: str):
-    import pickle
-
-    import torch
-
-    try:
-        with warnings.catch_warnings():  # torch warns on stderr about pickle protocols it did not write
-            warnings.simplefilter("ignore")
-            return torch.load(str(path), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise CheckpointError(path, torch_load_problem(e, kind)) from None
-    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-        if "Invalid magic number" in str(e):
-            raise CheckpointError(path, "is a pickle that torch.save did not write (no torch magic number); "
-                                        "save the weights with torch.save or safetensors") from None
-        what = "torch archive" if kind == "zip" else "torch checkpoint"
-        raise CheckpointError(path, f"not a readable {what} (truncated or corrupt?): {one_line(e)}") from None
+def _metadata_int(text: str) -> int:
+    if len(text) > 40:
+        raise ValueError("an integer too long to be a size")
+    return int(text)
 
 
 _ADVICE = ("weights_only", "trusted source", "Please file an issue", "documentation", "In PyTorch 2.6")
@@ -200,6 +171,9 @@ def torch_load_problem(e: Exception, kind: str = "pickle") -> str:
         return (f"holds an object of type {m.group(1)}, which would need arbitrary code to load; refused (only "
                 "tensors and plain containers are read)")
     m = re.search(r"Unsupported operand (\d+)", text)
+    if m and m.group(1) in ("149", "148", "147"):  # FRAME, MEMOIZE, STACK_GLOBAL: pickle protocol 4 or 5
+        return ("was saved with pickle protocol 4 or 5, which torch's safe loader does not read; re-save it with "
+                "torch.save's default protocol, or as .safetensors")
     if m:
         where = "its data.pkl is not a valid pickle" if kind == "zip" else "not a valid pickle"
         return f"is corrupt: {where} (unknown opcode {m.group(1)})"

@@ -93,8 +93,20 @@ def _strip_prefix(keys: list, path: Path) -> tuple[dict, str]:
     for prefix in KNOWN_PREFIXES:
         picked = [(k[len(prefix):], k) for k in keys if k.startswith(prefix)]
         if any(new == "head.modulation" for new, _ in picked):
+            _refuse_second_set(path, prefix, [k for k in keys if not k.startswith(prefix)])
             return unwrap(picked), prefix
     return unwrap((k, k) for k in keys), ""
+
+
+def _refuse_second_set(path: Path, prefix: str, others: list) -> None:
+    """A bundle's other parts (text encoder, VAE) are left alone, but a second diffusion model beside the one
+    read is refused: which of the two is meant cannot be known, and the one ignored may be the one wanted."""
+    second = [k for k in others if k == "head.modulation" or k.endswith(".head.modulation")]
+    if second:
+        other = second[0][: -len("head.modulation")]
+        where = f"under {other}*" if other else "without a prefix"
+        raise CheckpointError(path, f"holds two Wan weight sets, under {prefix}* and {where}; keep one of "
+                                    "them (a second full copy is never read, so it cannot be chosen here)")
 
 
 def _metadata_config(metadata: dict, path: Path) -> WanConfig | None:

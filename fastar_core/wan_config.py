@@ -22,6 +22,7 @@ LIMITS = {
     "text_len": (1, 1 << 20),
 }
 MAX_PATCH = 64
+WAN_HEAD_DIM = 128  # every published Wan2.1 size
 
 
 def _is_int(value) -> bool:
@@ -74,7 +75,7 @@ class WanConfig:
     @property
     def family(self) -> str:
         """The published size this shape matches, or 'custom'."""
-        for name, known in KNOWN_SIZES.items():
+        for name, known in {**KNOWN_SIZES, **PACK_SIZES}.items():
             if (self.dim, self.num_layers, self.ffn_dim) == (known.dim, known.num_layers, known.ffn_dim):
                 return name
         return "custom"
@@ -101,6 +102,19 @@ KNOWN_SIZES = {
     "Wan2.1-14B": WanConfig(dim=5120, num_heads=40, num_layers=40, ffn_dim=13824),
 }
 
+# The pack's own demo model (tools/demo/settings.py MODEL_CONFIG; a test holds the two equal).
+PACK_SIZES = {
+    "FastAR-demo": WanConfig(dim=128, num_heads=4, num_layers=4, ffn_dim=512, in_dim=3, out_dim=3, text_dim=64,
+                             freq_dim=64, text_len=64, patch_size=(1, 4, 4)),
+}
+
+
+def known_heads(dim: int) -> int | None:
+    """The head count a known family of this width has (the shapes do not hold it), None when none does."""
+    heads = {cfg.num_heads for cfg in {**KNOWN_SIZES, **PACK_SIZES}.values() if cfg.dim == dim}
+    return heads.pop() if len(heads) == 1 else None
+
+
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
 
 # The tensors the config is read from, with the rank each must have.
@@ -124,9 +138,11 @@ def infer_config(
 ) -> WanConfig:
     """Infer the config from ``{key: shape}`` of a Wan state dict (prefixes already stripped).
 
-    Head count is not in the shapes. Published Wan models use head_dim 128; small models can say otherwise
-    through ``head_dim``/``num_heads`` (or the checkpoint's metadata, read by the loader). Raises ValueError
-    (or KeyError for a missing tensor) naming what does not fit.
+    The head count is not in the shapes: it is given through ``head_dim``/``num_heads`` (or the checkpoint's
+    metadata, read by the loader), else the known family's of this width (``known_heads``), else Wan2.1's head
+    size of 128 where the width is a multiple of it (what ComfyUI builds from the same file); any other width is
+    refused rather than guessed, so that a file and its conversion to another format build the same model.
+    Raises ValueError (or KeyError for a missing tensor) naming what does not fit.
     """
     for key, rank in _CONFIG_TENSORS.items():
         shape = tuple(shapes[key])
@@ -138,8 +154,17 @@ def infer_config(
     if indices != list(range(len(indices))):
         raise ValueError(f"layer indices are not 0..{len(indices) - 1}: {_sample(indices)}")
     layers = len(indices)
+    if num_heads is None and head_dim is not None:
+        num_heads = dim // head_dim
     if num_heads is None:
-        num_heads = dim // (head_dim or (128 if dim % 128 == 0 else dim))
+        num_heads = known_heads(dim)
+    if num_heads is None and dim % WAN_HEAD_DIM == 0:
+        num_heads = dim // WAN_HEAD_DIM  # Wan2.1's head size, as ComfyUI's own model detection assumes
+    if num_heads is None:
+        widths = ", ".join(f"{name} {cfg.dim}/{cfg.num_heads}" for name, cfg in {**KNOWN_SIZES, **PACK_SIZES}.items())
+        raise ValueError(f"the head count is not in the tensor shapes: width {dim} is no known family's (width/heads: "
+                         f"{widths}) nor a multiple of Wan's head size {WAN_HEAD_DIM}; the file must say it: a "
+                         "fastar_config entry (safetensors metadata, or a .pt's top-level dict) with num_heads")
     patch_size = tuple(int(s) for s in patch[2:])
     volume = patch_size[0] * patch_size[1] * patch_size[2]
     head_out = shapes["head.head.weight"][0]

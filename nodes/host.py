@@ -89,10 +89,11 @@ def detection_metadata(file_metadata: dict, causal_ar: bool) -> dict:
     if isinstance(config, str):
         try:
             config = json.loads(config)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # malformed, a huge number, or nested past the parser's depth
             config = None
     config = dict(config) if isinstance(config, dict) else {}
-    transformer = dict(config.get("transformer") or {})
+    transformer = config.get("transformer")
+    transformer = dict(transformer) if isinstance(transformer, dict) else {}
     if causal_ar and "causal_ar" not in transformer:
         transformer["causal_ar"] = True
     if transformer:

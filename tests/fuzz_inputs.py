@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from fuzz_hostile import hostile_checkpoint_cases
 from safetensors.torch import save_file
 
 from comfyui_fastar.fastar_core.wan_config import WanConfig
@@ -301,6 +302,8 @@ def checkpoint_cases(root: Path, marker: Path) -> dict:
         (torch.zeros(2).untyped_storage(), 0, (10**9, 10**9), (1, 1), False, None))}})
     raw("pickle-deep-nesting", b"\x80\x02" + b"]" * 50000 + b"." )
     raw("pickle-unbalanced", b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01")
+
+    cases.update(hostile_checkpoint_cases(root / "hostile", sd, meta, good_pt))
 
     # Not checkpoints at all.
     import random

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -69,4 +70,16 @@ def reference_forward(model, x_all, t_all, text_ctx, groups, grid_hw):
     return runner.forward(x_all, t_all, text, None, info)
 
 
-__all__ = ["TINY", "tiny_model", "tiny_context", "GroupedReference", "reference_forward", "grid_positions"]
+__all__ = ["TINY", "assert_one_run", "tiny_model", "tiny_context", "GroupedReference", "reference_forward",
+           "grid_positions"]
+
+
+def assert_one_run(out, users=()):
+    """An output folder holds one run and nothing else (but the user's own ``users`` files): the two names, and
+    .fastar with the lock, the switch and the run's own folder."""
+    from comfyui_fastar.tools import outputs as o
+
+    assert sorted(p.name for p in out.iterdir()) == sorted([o.STATE_DIR, o.LATENT_FILE, o.STATS_FILE, *users])
+    current = os.readlink(out / o.STATE_DIR / o.CURRENT)
+    assert set(os.listdir(out / o.STATE_DIR)) <= {o.LOCK_FILE, o.CURRENT, current}
+    assert sorted(os.listdir(out / o.STATE_DIR / current)) == [o.LATENT_FILE, o.STATS_FILE]

@@ -326,6 +326,50 @@ def test_interrupt_mid_rollout_ends_cleanly(server):
 
 
 
+def test_hostile_checkpoints_are_refused_and_the_server_keeps_serving(server, tmp_path):
+    """Files shaped to crash the unpickler (a dict key nested 200,000 deep), to exhaust memory (an archive that
+    declares a petabyte), tampered (a flipped byte, a duplicate header key) or carrying code each end as one
+    error on the loader node, no code runs, and the same server then runs a video."""
+    import torch
+    from fuzz_hostile import hostile_checkpoint_cases
+    from fuzz_inputs import RunsCode
+
+    need_harness(server)
+    folder = Path(server.host.dir) / "models" / "diffusion_models"
+    marker = tmp_path / "CODE-RAN"
+    RunsCode.marker = str(marker)
+    sd = {f"blocks.0.w{i}": torch.zeros(4) for i in range(4)}
+    good_pt = tmp_path / "good.pt"
+    torch.save({"generator_ema": sd}, good_pt)
+    cases = hostile_checkpoint_cases(tmp_path / "hostile", sd, {}, good_pt)
+    chosen = {name: cases[name] for name in ("hostile-deep-tuple-key", "hostile-zip-declares-1pib",
+                                             "hostile-flipped-byte", "hostile-st-duplicate-key")}
+    evil = tmp_path / "evil.pt"
+    torch.save({"generator_ema": sd, "x": RunsCode()}, evil)
+    chosen["code"] = evil
+    placed = []
+    try:
+        for name, path in chosen.items():
+            target = folder / f"fastar-test-{name}{path.suffix}"
+            target.write_bytes(path.read_bytes())
+            placed.append(target)
+        for target in placed:
+            prompt = {"1": {"class_type": "FastAR_LoadARVideoModel",
+                            "inputs": {"model_name": target.name, "weight_dtype": "default", "lora_name": "none",
+                                       "shift": 5.0}},
+                      "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 1]}}}
+            entry = run_prompt(server, prompt, timeout=120)
+            [error] = messages(entry, "execution_error")
+            assert error["node_type"] == "FastAR_LoadARVideoModel"
+            assert target.name in error["exception_message"] and "\n" not in error["exception_message"].strip()
+    finally:
+        for target in placed:
+            target.unlink(missing_ok=True)
+    assert not marker.exists(), "a pickle ran code inside ComfyUI"
+    after = run_prompt(server, long_video_prompt(seed=11, vae=server.vae()))
+    assert after["status"]["status_str"] == "success", "the server keeps working after the refusals"
+
+
 def test_core_ar_template_with_the_pack_on_either_side(server):
     """Core's native AR graph (EmptyARVideoLatent, SamplerARVideo, ARVideoI2V) mixed with the pack's nodes."""
     need_harness(server)

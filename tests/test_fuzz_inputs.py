@@ -11,8 +11,10 @@ import os
 from pathlib import Path
 
 import pytest
+from fuzz_hostile import hostile_calibration, hostile_conditioning, subcommand_mistakes
 from fuzz_inputs import (
     FUZZ_CFG,
+    RunsCode,
     accepted_cases,
     calibration_files,
     checkpoint_cases,
@@ -24,15 +26,20 @@ from fuzz_inputs import (
     warm_up,
 )
 
+from helpers import assert_one_run
+
 DEADLINE_S = 30.0
 SMALL_RUN = ["--frames", "3", "--height", "32", "--width", "32", "--device", "cpu"]
 
 
 def listing(root: Path) -> dict:
-    """Every path under root with its size and mtime (symlinks not followed)."""
+    """Every path under root with its size and mtime (symlinks not followed). A folder's own mtime is left out:
+    checking that --out is writable makes and removes a probe in it, which is not writing anything."""
     found = {}
     for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
+        for name in dirnames:
+            found[str(Path(dirpath) / name)] = "folder"
+        for name in filenames:
             p = Path(dirpath) / name
             st = p.lstat()
             found[str(p)] = (st.st_size, st.st_mtime_ns)
@@ -102,7 +109,8 @@ def cli_mistakes(root: Path, ckpt: Path, out: Path) -> dict:
                "blocks.0.self_attn.q.lora_B.weight": torch.zeros(32, 4)}, str(lora_shape))
 
     def gen(*extra, frames="3", hw=("32", "32"), device="cpu", out_path=None):
-        argv = ["generate", "--checkpoint", str(ckpt), "--out", str(out_path or out), "--frames", frames,
+        argv = ["generate", "--checkpoint", str(ckpt), "--out", str(out if out_path is None else out_path),
+                "--frames", frames,
                 "--height", hw[0], "--width", hw[1]]
         if device is not None:
             argv += ["--device", device]
@@ -181,6 +189,10 @@ def cli_mistakes(root: Path, ckpt: Path, out: Path) -> dict:
         "lora-no-pairs": (gen("--lora", str(lora_empty)), "lora-empty"),
         "lora-wrong-shape": (gen("--lora", str(lora_shape)), "lora-shape"),
     }
+    cond.update(hostile_conditioning(root / "cond-hostile"))
+    calib.update(hostile_calibration(root / "calib-hostile"))
+    cases["lora-deep-pickle"] = (gen("--lora", str(cond["deep-pickle"])), cond["deep-pickle"].name)
+    cases["out-empty"] = (gen(out_path=""), "--out")
     for name, path in cond.items():
         cases[f"cond-{name}"] = (gen("--cond", str(path)), path.name)
     for name, path in calib.items():
@@ -233,7 +245,7 @@ def test_odd_but_usable_files_load_and_say_what_is_odd(fuzz_root, one_thread):
     run = fuzz_root / "good-run"
     outcome = run_forked(["generate", "--checkpoint", str(ckpt), "--out", str(run), *SMALL_RUN])
     assert outcome.rc == 0, outcome.stderr
-    assert sorted(p.name for p in run.iterdir()) == ["latent.safetensors", "stats.json"]
+    assert_one_run(run)
     for name, path in accepted_cases(fuzz_root / "accepted").items():
         outcome = run_forked(["info", str(path), "--json"])
         assert outcome.rc == 0, (name, outcome.stderr)
@@ -245,3 +257,36 @@ def test_odd_but_usable_files_load_and_say_what_is_odd(fuzz_root, one_thread):
             assert summary["file_dtypes"] == {"bfloat16": len(good_state_dict()) - fp32, "float32": fp32}
             assert summary["dtype"] == "bfloat16"
             assert "mixes" in run_forked(["info", str(path)]).stdout
+
+
+def test_every_subcommand_refuses_bad_options_before_any_work(fuzz_root, one_thread):
+    """demo, bench, calibrate, gpu-check and train-demo: one line each, nothing written, and neither a planted
+    training state nor --init-from runs the code a pickle carries."""
+    import torch
+
+    # What each command imports, imported once here rather than in every forked child.
+    from comfyui_fastar.tools import calibrate, command_checks, demo_command  # noqa: F401
+    from comfyui_fastar.tools.bench import pareto, scenarios  # noqa: F401
+    from comfyui_fastar.tools.demo import train  # noqa: F401
+
+    root = fuzz_root / "subcommands"
+    root.mkdir()
+    marker = root / "CODE-RAN"
+    RunsCode.marker = str(marker)
+    evil = root / "evil.pt"
+    torch.save({"model": {}, "x": RunsCode()}, evil)
+    deep = hostile_conditioning(root / "deep")["deep-pickle"]
+    cases = subcommand_mistakes(root, evil, deep)
+    before = listing(root)
+    failures = {}
+    for name, (argv, word) in cases.items():
+        outcome = run_forked(argv, timeout=DEADLINE_S)
+        problems = problems_of(outcome, must_name=word)
+        if listing(root) != before:
+            problems.append("wrote something")
+            before = listing(root)
+        if problems:
+            failures[name] = (problems, outcome.stderr.strip())
+    print(f"\nsubcommand fuzz: {len(cases)} cases, {len(failures)} bad refusals")
+    assert not marker.exists(), "a pickle ran code"
+    assert not failures, report(failures, len(cases))

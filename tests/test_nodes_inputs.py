@@ -30,6 +30,33 @@ def test_loader_node_refuses_a_stray_layer_at_once(host, tmp_path):
         assert name in str(err.value) and phrase in str(err.value), str(err.value)
 
 
+def test_loader_node_refuses_hostile_files_without_crashing(host, tmp_path):
+    """The loader node reads through the same checked path as the command line: a pickle nested 200,000 deep
+    (which crashes torch's own unpickler), an archive that declares a petabyte, a tampered byte, a duplicate
+    header key, and a LoRA of the same kind each end as one CheckpointError naming the file."""
+    from fuzz_hostile import hostile_checkpoint_cases
+
+    from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+
+    model = tiny_model()
+    save_checkpoint(model, tmp_path / "good.safetensors", dtype=torch.float32)
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    good_pt = tmp_path / "good.pt"
+    torch.save({"generator_ema": sd}, good_pt)
+    cases = hostile_checkpoint_cases(tmp_path / "hostile", sd, {}, good_pt)
+    host.register_folder("loras", tmp_path / "hostile")
+    loader = NODES["FastAR_LoadARVideoModel"]()
+    for name in ("hostile-deep-tuple-key", "hostile-zip-declares-1pib", "hostile-flipped-byte",
+                 "hostile-st-duplicate-key", "hostile-entry-count"):
+        path = cases[name]
+        with pytest.raises(CheckpointError) as err:
+            loader.load(f"hostile/{path.name}", "default", "none", 5.0)
+        assert path.name in str(err.value) and "\n" not in str(err.value), str(err.value)
+    with pytest.raises(CheckpointError) as err:
+        loader.load("good.safetensors", "default", cases["hostile-deep-tuple-key"].name, 5.0)
+    assert "nests containers more than" in str(err.value)
+
+
 @pytest.mark.parametrize("tree", [torch.nn.Linear(2, 2), SimpleNamespace(
     patch_embedding=torch.nn.Linear(2, 2), text_embedding=None, time_embedding=None, time_projection=None,
     blocks=[], head=None)])

@@ -14,9 +14,16 @@ from safetensors.torch import load_file
 
 from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
 from comfyui_fastar.tools.cli import main
-from comfyui_fastar.tools.outputs import LATENT_FILE, STATS_FILE, locked_folder, strict_json, write_run
+from comfyui_fastar.tools.outputs import (
+    LATENT_FILE,
+    STATS_FILE,
+    locked_folder,
+    run_lock,
+    strict_json,
+    write_run,
+)
 
-from helpers import tiny_model
+from helpers import assert_one_run, tiny_model
 
 SMALL = ["--frames", "6", "--height", "32", "--width", "32", "--device", "cpu"]
 
@@ -117,23 +124,23 @@ def test_concurrent_writers_never_leave_a_mixed_pair(tmp_path):
     assert _wait(pids) == [0, 0, 0]
     stats, latent_run, latent = read_pair(out)
     assert stats["run_id"] == latent_run and latent[0, 0, 0].item() == stats["writer"]
-    assert sorted(p.name for p in out.iterdir()) == [LATENT_FILE, STATS_FILE]  # no temporary file left
+    assert_one_run(out)  # no temporary file left
 
 
-def test_two_concurrent_generate_runs_into_one_folder(ckpt, tmp_path, one_thread):
-    out = tmp_path / "both"
-
-    def run(seed):
-        return lambda: main(["generate", "--checkpoint", str(ckpt), "--out", str(out), "--seed", str(seed),
-                             *SMALL])
-
-    assert _wait([_fork(run(1)), _fork(run(2))]) == [0, 0]
-    stats, latent_run, latent = read_pair(out)
-    assert stats["run_id"] == latent_run
-    alone = tmp_path / "alone"
-    assert main(["generate", "--checkpoint", str(ckpt), "--out", str(alone), "--seed", str(stats["seed"]),
-                 *SMALL]) == 0
-    assert torch.equal(load_file(str(alone / LATENT_FILE))["latent"], latent)
+def test_a_second_run_into_a_busy_folder_is_refused_and_the_first_one_kept(ckpt, tmp_path, capsys, one_thread):
+    out = tmp_path / "busy"
+    assert main(["generate", "--checkpoint", str(ckpt), "--out", str(out), "--seed", "1", *SMALL]) == 0
+    before = read_pair(out)
+    with run_lock(out):  # another run holds the folder
+        capsys.readouterr()
+        assert main(["generate", "--checkpoint", str(ckpt), "--out", str(out), "--seed", "2", *SMALL]) == 2
+        err = capsys.readouterr().err
+    assert err.startswith("fastar: error: ") and err.count("\n") == 1
+    assert str(out) in err and "in use by another" in err and f"pid {os.getpid()}" in err
+    after = read_pair(out)
+    assert after[0] == before[0] and torch.equal(after[2], before[2])
+    assert main(["generate", "--checkpoint", str(ckpt), "--out", str(out), "--seed", "2", *SMALL]) == 0  # freed
+    assert read_pair(out)[0]["seed"] == 2
 
 
 def test_a_failed_write_leaves_no_folder(tmp_path):
@@ -145,3 +152,13 @@ def test_a_failed_write_leaves_no_folder(tmp_path):
     with pytest.raises(TypeError):
         write_run(out, torch.zeros(1), {"bad": Unwritable(x=object())}, "r1")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_refused_run_into_an_existing_folder_leaves_it_as_it_was(ckpt, tmp_path, one_thread):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
+    assert main(["generate", "--checkpoint", str(bad), "--out", str(out), *SMALL]) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]

@@ -7,8 +7,6 @@ layer indices, the rollout's memory) run right after it is read, still before an
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -69,7 +67,8 @@ def check_out(out: Path) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".fastar-probe-", dir=probe))
     except OSError as e:
-        raise FastARError(f"--out {out} is not writable ({probe}: {e.strerror or e})") from None
+        raise FastARError(f"--out {out} cannot be written: {probe} does not accept new files or folders "
+                          f"({e.strerror or e}); pick a folder on a writable disk") from None
 
 
 def _explicit(args, names) -> list:
@@ -119,7 +118,11 @@ def check_contradictions(args) -> None:
 
 
 def check_sizes(args) -> None:
+    """Sizes given on the command line; a side left out is the model's own, filled in and checked once the
+    model is read (``fill_model_size``)."""
     for flag, value in (("--height", args.height), ("--width", args.width)):
+        if value is None:
+            continue
         check_pixel_size(flag, value)
         if value > MAX_SIDE:
             raise FastARError(f"{flag} {value} is too large; at most {MAX_SIDE} pixels (Wan2.1 is trained at "
@@ -129,7 +132,8 @@ def check_sizes(args) -> None:
     if not 1 <= args.frames_per_block <= MAX_FRAMES_PER_BLOCK:
         raise FastARError(f"--frames-per-block {args.frames_per_block} is invalid; valid: 1..{MAX_FRAMES_PER_BLOCK} "
                           "(3 for Self-Forcing, 1 for Causal Forcing)")
-    tokens = min(args.frames, args.frames_per_block) * (args.height // PIXEL_STEP) * (args.width // PIXEL_STEP)
+    tokens = min(args.frames, args.frames_per_block) * ((args.height or PIXEL_STEP) // PIXEL_STEP) * \
+        ((args.width or PIXEL_STEP) // PIXEL_STEP)
     if tokens > MAX_TOKENS_PER_CHUNK:
         raise FastARError(f"--height {args.height} x --width {args.width} makes {tokens:,} tokens per chunk "
                           f"(at most {MAX_TOKENS_PER_CHUNK:,}); use a smaller size or fewer --frames-per-block")
@@ -153,23 +157,26 @@ def _regular_file(flag: str, path: str) -> Path:
 
 def read_conditioning(path: str) -> torch.Tensor:
     """--cond's tensor ``[1, L, text_dim]`` (key ``context`` or the file's only tensor), checked but for its width,
-    which needs the model."""
-    from ..fastar_core.checkpoint_files import one_line
+    which needs the model. Read through the checkpoints' checked loader (header, sizes against the file and
+    against memory, no mapping; a .pt with weights_only and its pickle bounded)."""
+    from ..fastar_core.checkpoint import checkpoint_errors
+    from ..fastar_core.checkpoint_files import read_raw
 
     p = _regular_file("--cond", path)
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     try:
-        tensors = load_file(str(p))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise FastARError(f"--cond {path}: not a readable safetensors file ({one_line(e)})") from None
+        with checkpoint_errors(p):
+            tensors, _ = read_raw(p)
+    except FastARError as e:
+        raise FastARError(f"--cond {e}") from None
+    if not isinstance(tensors, dict) or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
+        raise FastARError(f"--cond {path}: expected a file of tensors (one, or one named 'context')")
     if "context" in tensors:
         ctx = tensors["context"]
     elif len(tensors) == 1:
         ctx = next(iter(tensors.values()))
     else:
-        raise FastARError(f"--cond {path}: holds {sorted(tensors)[:4]}; expected one tensor or one named 'context'")
+        raise FastARError(f"--cond {path}: holds {sorted(map(str, tensors))[:4]}; expected one tensor or one named "
+                          "'context'")
     if ctx.ndim == 2:
         ctx = ctx[None]
     if ctx.ndim != 3 or ctx.shape[0] != 1 or ctx.shape[1] < 1:
@@ -183,11 +190,9 @@ def read_conditioning(path: str) -> torch.Tensor:
 
 def read_calibration(path: str) -> list:
     """--calibration's layer list (from `fastar calibrate`), checked but for its range, which needs the model."""
-    p = _regular_file("--calibration", path)
-    try:
-        data = json.loads(p.read_text(), parse_constant=lambda c: math.nan)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FastARError(f"--calibration {path}: not a JSON file ({e})") from None
+    from ..fastar_core.json_files import read_json
+
+    data = read_json(path, f"--calibration {path}")
     layers = data.get("layers") if isinstance(data, dict) else None
     if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
                                                 for i in layers):
@@ -219,10 +224,32 @@ def check_generate(args) -> Inputs:
     from .args import settings_from_arguments
 
     settings_from_arguments(args)  # the engine's own checks: contradictions of cache and FAST-AR, ranges
+    if not args.out.strip():
+        raise FastARError("--out is empty; name an output folder")
     check_out(Path(args.out))
     context = read_conditioning(args.cond) if args.cond else None
     layers = read_calibration(args.calibration) if args.calibration else None
     return Inputs(device, context, layers)
+
+
+# The pixel size each family generates at when --height/--width are left out (a demo "latent" is 24x24 RGB,
+# which the 8x latent convention calls 192x192); every other family is Wan2.1's 832x480.
+MODEL_SIZES = {"FastAR-demo": (192, 192)}
+DEFAULT_SIZE = (480, 832)
+
+
+def fill_model_size(args, cfg) -> None:
+    """--height/--width left out become the model's own size; then every size check runs on the final values."""
+    height, width = MODEL_SIZES.get(cfg.family, DEFAULT_SIZE)
+    args.height = height if args.height is None else args.height
+    args.width = width if args.width is None else args.width
+    check_sizes(args)
+    _, ph, pw = cfg.patch_size
+    for flag, value, patch in (("--height", args.height, ph), ("--width", args.width, pw)):
+        if (value // 8) % patch:
+            step = 8 * patch
+            raise FastARError(f"{flag} {value} does not fit this model's {patch}-wide patches; use a multiple of "
+                              f"{step} (e.g. {max(step, value // step * step)})")
 
 
 def check_against_model(args, inputs: Inputs, cfg) -> None:

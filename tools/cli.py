@@ -8,23 +8,25 @@ correctness and the GPU benches within a deadline).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from ..fastar_core.errors import FastARError
+from .console import forgiving_stdout, report_error
+from .parsing import OneLineParser
 
 
 def _add_generate(sub):
     p = sub.add_parser("generate", help="generate a long latent video from a Wan2.1 AR checkpoint")
     p.add_argument("--checkpoint", required=True, help=".safetensors or .pt of the Self-Forcing family")
     p.add_argument("--frames", type=int, required=True, help="latent frames to generate (4 video frames each)")
-    p.add_argument("--height", type=int, default=480, help="video height in pixels (multiple of 16)")
-    p.add_argument("--width", type=int, default=832, help="video width in pixels (multiple of 16)")
+    p.add_argument("--height", type=int, default=None,
+                   help="video height in pixels (multiple of 16; default: the model's own, 480 for Wan2.1)")
+    p.add_argument("--width", type=int, default=None,
+                   help="video width in pixels (multiple of 16; default: the model's own, 832 for Wan2.1)")
     p.add_argument("--cond", help="safetensors file holding the text conditioning [1, L, text_dim]")
     p.add_argument("--out", required=True, help="output folder (latent.safetensors, stats.json)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1 (the same seed gives the same video)")
     p.add_argument("--schedule", default="self-forcing",
                    help="self-forcing, rolling-forcing, causvid, krea, causal-forcing++-1step, "
                         "causal-forcing++-2step, or comma-separated sigmas")
@@ -32,7 +34,8 @@ def _add_generate(sub):
                    help="the first chunk's own step list (a preset or sigmas; Causal Forcing++'s first frame takes "
                         "self-forcing, which its presets already choose)")
     p.add_argument("--mode", default="chunk", choices=["chunk", "rolling"], help="rolling = Rolling Forcing window")
-    p.add_argument("--frames-per-block", type=int, default=3)
+    p.add_argument("--frames-per-block", type=int, default=3,
+                   help="latent frames denoised together per chunk (3 for Self-Forcing, 1 for Causal Forcing)")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--lora", help="LongLive-style PEFT LoRA file merged into the weights")
@@ -42,35 +45,28 @@ def _add_generate(sub):
     add_fastar_arguments(p)
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """Usage mistakes end as one line ``fastar: error: ...`` with exit code 2, like every other bad input."""
-
-    def error(self, message):
-        hint = f" (see {self.prog} --help)"
-        self.exit(2, f"fastar: error: {message}{hint}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="fastar", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="describe a Wan2.1 checkpoint")
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help=".safetensors or .pt checkpoint to describe")
     p.add_argument("--json", action="store_true", help="print JSON")
     _add_generate(sub)
 
     p = sub.add_parser("demo", help="generate with the bundled demo model, FAST-AR against dense")
-    p.add_argument("--out", default="fastar-demo", help="output folder")
-    p.add_argument("--frames", type=int, default=None, help="latent frames (default: the demo's length)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="fastar-demo", help="output folder (GIFs, stats.json, demo.png)")
+    p.add_argument("--frames", type=int, default=None, help="latent frames to generate after the rendered start "
+                                                            "(default 240; at most 2400)")
+    p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
-                                   "bias-fold"])
-    p.add_argument("--out", required=True)
+                                   "bias-fold"], help="which benchmark (kernels and gpu-rollout need a GPU)")
+    p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
     p.add_argument("--model", default="demo", choices=["demo", "wan-shapes"], help="rollout model")
-    p.add_argument("--modes", default=None, help="comma-separated subset of modes")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
+    p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes)")
     p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
@@ -81,10 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("calibrate", help="measure per-layer AnnSA recall and write the layer list")
     p.add_argument("--checkpoint", default=None, help="model to calibrate (default: the demo model)")
-    p.add_argument("--out", required=True, help="JSON file to write")
-    p.add_argument("--frames", type=int, default=24)
-    p.add_argument("--min-recall", type=float, default=None)
-    p.add_argument("--fraction", type=float, default=0.7, help="share of layers to sparsify")
+    p.add_argument("--out", required=True, help="JSON file to write (read by --layers auto --calibration)")
+    p.add_argument("--frames", type=int, default=24, help="latent frames of the measuring rollout")
+    p.add_argument("--min-recall", type=float, default=None,
+                   help="keep every layer whose mean recall reaches this (0..1) instead of --fraction")
+    p.add_argument("--fraction", type=float, default=0.7, help="share of layers to sparsify (0..1]")
 
     # Listed here for --help; its options live with the trainer (see main).
     sub.add_parser("train-demo", help="train the bundled demo model (fastar train-demo --help)")
@@ -123,47 +120,57 @@ def _dtype_counts(counts: dict) -> str:
 
 
 def main(argv=None) -> int:
+    """Every subcommand, ``train-demo`` included, runs through here: its options are checked before any work,
+    and whatever ends it (bad input, a refusing machine, an interrupt) leaves as one ``fastar: error:`` line."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    stdout = forgiving_stdout()
+    try:
+        return _dispatch(argv)
+    except SystemExit:
+        raise
+    except BaseException as e:  # noqa: B036 - an interrupt is reported too, as one line
+        return report_error(e)
+    finally:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        sys.stdout = stdout
+
+
+def _dispatch(argv: list) -> int:
     if argv[:1] == ["train-demo"]:
         from .demo.train import main as train_main
 
         return train_main(argv[1:])
     args = build_parser().parse_args(argv)
     args.argv = argv
-    try:
-        if args.command == "info":
-            return cmd_info(args)
-        if args.command == "generate":
-            from .generate import run_generate
+    from . import command_checks
 
-            return run_generate(args)
-        if args.command == "demo":
-            from .demo_command import run_demo
+    if args.command == "info":
+        return cmd_info(args)
+    if args.command == "generate":
+        from .generate import run_generate
 
-            return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
-        if args.command == "gpu-check":
-            from .gpu_check import run_from_args
+        return run_generate(args)
+    if args.command == "demo":
+        command_checks.check_demo(args)
+        from .demo_command import run_demo
 
-            return run_from_args(args)
-        if args.command == "bench":
-            from .bench import run_bench
+        return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
+    if args.command == "gpu-check":
+        command_checks.check_gpu_check(args)
+        from .gpu_check import run_from_args
 
-            return run_bench(args)
-        if args.command == "calibrate":
-            from .calibrate import run_calibrate
+        return run_from_args(args)
+    if args.command == "bench":
+        command_checks.check_bench(args)
+        from .bench import run_bench
 
-            return run_calibrate(args)
-    except FastARError as e:
-        print(f"fastar: error: {_one_line(str(e))}", file=sys.stderr)
-        return 2
-    except OSError as e:  # the machine refused: a full disk, a permission, a vanished file
-        print(f"fastar: error: {_one_line(str(e))}", file=sys.stderr)
-        return 2
-    except MemoryError:
-        print("fastar: error: out of memory; use fewer --frames, a smaller size or a bounded cache", file=sys.stderr)
-        return 2
+        return run_bench(args)
+    if args.command == "calibrate":
+        command_checks.check_calibrate(args)
+        from .calibrate import run_calibrate
+
+        return run_calibrate(args)
     return 1
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -1,8 +1,9 @@
 """``fastar generate``: a long latent video from a checkpoint, with per-chunk figures in stats.json.
 
-Order: every option is checked first (``checks.py``), then the checkpoint is read and checked, then the rollout's
-memory is checked against the device, and only after the rollout succeeds is the output folder created, its two
-files written as one unit (``outputs.py``). stats.json records the seed, every option and the command line,
+Order: every option is checked first (``checks.py``), then the output folder is locked for this run (a second run
+into it is refused), the checkpoint is read and checked, the rollout's memory is checked against the device, and
+only after the rollout succeeds are its two files written as one unit (``outputs.py``); a run that fails removes
+the folder again if it created it. stats.json records the seed, every option and the command line,
 enough to rerun the same video.
 """
 
@@ -22,7 +23,7 @@ from ..fastar_core.parallel import check_settings, collective_failure, init_from
 from ..fastar_core.runner import CausalRunner
 from ..fastar_core.sampler import RolloutConfig
 from . import checks
-from .outputs import LATENT_FILE, STATS_FILE, write_run
+from .outputs import LATENT_FILE, STATS_FILE, run_lock, write_run
 
 
 def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int = 24) -> torch.Tensor:
@@ -55,7 +56,10 @@ def run_generate(args) -> int:
     device = local_device(inputs.device)
     parallel = init_from_launcher(device)  # under torchrun: this rank's share of a sequence-parallel rollout
     try:
-        return _generate(args, inputs, device, parallel)
+        if parallel is None or parallel.rank == 0:  # the rank that writes holds the folder
+            with run_lock(Path(args.out)):
+                return _run(args, inputs, device, parallel)
+        return _run(args, inputs, device, parallel)
     finally:
         if parallel is not None:
             import torch.distributed as dist
@@ -63,13 +67,14 @@ def run_generate(args) -> int:
             dist.destroy_process_group()
 
 
-def _generate(args, inputs, device, parallel) -> int:
+def _run(args, inputs, device, parallel) -> int:
     from ..fastar_core.engine import build_sampler
     from .args import settings_from_arguments
 
     is_main = parallel is None or parallel.rank == 0
     ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora)
     cfg = ckpt.config
+    checks.fill_model_size(args, cfg)
     checks.check_against_model(args, inputs, cfg)
     settings = settings_from_arguments(args, num_layers=cfg.num_layers)
     spec, fastar = settings.cache, settings.fastar
@@ -91,7 +96,7 @@ def _generate(args, inputs, device, parallel) -> int:
     else:
         ctx, cond_note = random_conditioning(cfg.text_dim, args.seed), "seeded random stand-in (no --cond given)"
         if is_main:
-            print(f"no --cond given: using a {cond_note}")
+            print("no --cond given: using a seeded random stand-in for the text conditioning")
     runner = CausalRunner(model, parallel=parallel)
     sampler = build_sampler(runner, fastar, measure=args.measure)
     traffic: list[dict] = []

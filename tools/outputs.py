@@ -1,10 +1,17 @@
-"""Output files written whole: strict JSON, and a run's files replaced together under a lock.
+"""Output files written whole: strict JSON, and a run's two files switched together by one rename.
 
-``write_run`` puts ``latent.safetensors`` and ``stats.json`` into a folder as one unit: both are written to
-temporary names first, then renamed into place while the folder is locked (``flock`` on the folder itself), so
-two runs into one folder never leave one run's latent beside the other's stats. Both carry the same ``run_id``.
-A reader that must not see the moment between the two renames takes the same lock (``locked_folder``).
-The folder is created only here, at the end of a run; if writing fails, what was created is removed.
+A run folder holds ``latent.safetensors`` and ``stats.json`` as links into ``.fastar/current/``, and
+``.fastar/current`` is itself a link to the folder of the run they belong to (``.fastar/<run_id>/``). A new run
+is written beside the old one, then ``current`` is replaced by one ``rename``: whatever instant a crash stops the
+writer at, a reader opening the two names finds both files of the earlier run or both of the new one, never one
+of each and never half a file. What a crash leaves behind (a staged run, the earlier run not yet removed) sits
+in ``.fastar/`` and is removed by the next write into the folder.
+
+Two locks: ``run_lock`` (``.fastar/lock``) is held by one ``fastar generate`` for its whole run, so a second run
+into the same folder is refused at its start, saying so, instead of one result silently replacing the other;
+the switch itself happens under ``locked_folder`` (``flock`` on the folder), which a reader that opens both
+files one after the other takes too. Folders from earlier versions, which held the two files themselves, are
+taken over without ever showing a mixed pair.
 """
 
 from __future__ import annotations
@@ -13,12 +20,26 @@ import fcntl
 import json
 import math
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..fastar_core.errors import FastARError
+
 LATENT_FILE = "latent.safetensors"
 STATS_FILE = "stats.json"
+RUN_FILES = (LATENT_FILE, STATS_FILE)
+STATE_DIR = ".fastar"
+LOCK_FILE = "lock"
+CURRENT = "current"
+FAULT_ENV = "FASTAR_FAULT_AT"  # kill this process at the n-th step of a run's final write (crash tests)
+# Temporary names in the folder itself: this layout's links being made, and earlier versions' files.
+_STRAY_TMP = re.compile(r"^\.?(latent\.safetensors|stats\.json)\.[\w-]+\.tmp$")
+
+
+class OutputError(FastARError):
+    """An output folder that cannot be written (full disk, file-size limit, permissions), named."""
 
 
 def finite_json_value(value):
@@ -37,10 +58,22 @@ def strict_json(data, indent: int | None = 2) -> str:
     return json.dumps(finite_json_value(data), indent=indent, allow_nan=False)
 
 
-def _write_synced(path: Path, writer) -> None:
-    writer(path)
+def _fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_json(path, data) -> None:
@@ -48,7 +81,8 @@ def write_json(path, data) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        _write_synced(tmp, lambda p: p.write_text(strict_json(data)))
+        tmp.write_text(strict_json(data))
+        _fsync_file(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -70,8 +104,19 @@ def _make_folder(out: Path) -> list:
     return created
 
 
+def _remove_created(created: list) -> None:
+    """Remove the folders a failed run created, if nothing but its own bookkeeping is in them."""
+    for p in reversed(created):
+        state = p / STATE_DIR
+        if state.is_dir() and not state.is_symlink() and set(os.listdir(state)) <= {LOCK_FILE}:
+            shutil.rmtree(state, ignore_errors=True)
+        if p.is_dir() and not any(p.iterdir()):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 @contextmanager
 def locked_folder(out: Path):
+    """The folder's switch lock: held while a run's files are switched, and by readers that must not see it."""
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -81,26 +126,162 @@ def locked_folder(out: Path):
         os.close(fd)
 
 
+@contextmanager
+def run_lock(out: Path, what: str = "fastar generate"):
+    """Hold ``out`` for one run from its start to its last write; a second holder is refused at once, naming
+    the folder and the process that has it. The folder is created here; if the run fails, what was created is
+    removed again."""
+    out = Path(out)
+    created = _make_folder(out)
+    state = out / STATE_DIR
+    made_state = not state.exists()
+    fd = None
+    try:
+        state.mkdir(exist_ok=True)
+        fd = os.open(state / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            raise OutputError(f"--out {out} is in use by another {what} ({holder}); refused so that neither run "
+                              "replaces the other's result: wait for it to finish or pick another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        yield
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+            fd = None
+        if made_state and set(os.listdir(state)) <= {LOCK_FILE}:  # a failed first run leaves no bookkeeping
+            shutil.rmtree(state, ignore_errors=True)
+        _remove_created(created)
+        raise
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+class _Faults:
+    """The crash tests' hook: ``FASTAR_FAULT_AT=n`` kills the process (SIGKILL) at the n-th step."""
+
+    def __init__(self):
+        value = os.environ.get(FAULT_ENV, "")
+        self.at = int(value) if value.isdigit() else 0
+        self.count = 0
+
+    def step(self) -> None:
+        self.count += 1
+        if self.count == self.at:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _relink(target: str, link: Path, tag: str) -> None:
+    """Point ``link`` at ``target`` with one rename (a link made beside it, then renamed over it)."""
+    tmp = link.with_name(f".{link.name}.{tag}.tmp")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def _current_run(state: Path) -> str | None:
+    try:
+        return os.readlink(state / CURRENT)
+    except OSError:
+        return None
+
+
+def _clean(out: Path, state: Path) -> None:
+    """Remove what crashed writes left: staged or superseded runs, temporary links, earlier versions' .tmp."""
+    keep = {LOCK_FILE, CURRENT, _current_run(state)}
+    for entry in os.listdir(state):
+        if entry not in keep:
+            path = state / entry
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    for entry in os.listdir(out):
+        if _STRAY_TMP.match(entry):
+            (out / entry).unlink(missing_ok=True)
+
+
+def _link_target(name: str) -> str:
+    return f"{STATE_DIR}/{CURRENT}/{name}"
+
+
+def _adopt_plain_files(out: Path, state: Path, faults: _Faults) -> None:
+    """A folder written by an earlier version holds the two files themselves: give them a run folder of their
+    own and turn the names into links one at a time; each name shows the same bytes throughout."""
+    plain = [n for n in RUN_FILES if not _is_our_link(out / n, n) and (out / n).exists()]
+    if not plain:
+        return
+    earlier = state / "earlier"
+    shutil.rmtree(earlier, ignore_errors=True)
+    earlier.mkdir()
+    for name in plain:
+        try:
+            os.link(out / name, earlier / name)
+        except OSError:
+            shutil.copy2(out / name, earlier / name)
+        _fsync_file(earlier / name)
+    _fsync_dir(earlier)
+    _relink("earlier", state / CURRENT, "adopt")
+    faults.step()
+    for name in plain:
+        _relink(_link_target(name), out / name, "adopt")
+        faults.step()
+
+
+def _is_our_link(path: Path, name: str) -> bool:
+    return path.is_symlink() and os.readlink(path) == _link_target(name)
+
+
 def write_run(out, latent, stats: dict, run_id: str) -> None:
-    """Write one run's latent (with ``run_id`` in its metadata) and stats (with ``run_id``) into ``out``."""
+    """Write one run's latent (with ``run_id`` in its metadata) and stats (with ``run_id``) into ``out``, and
+    make them the folder's run with one rename. A failure leaves the earlier run as it was."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     out = Path(out)
+    text = strict_json(dict(stats, run_id=run_id))  # before anything is created: unwritable stats raise here
     created = _make_folder(out)
-    tag = f".{run_id}.tmp"
-    latent_tmp, stats_tmp = out / (LATENT_FILE + tag), out / (STATS_FILE + tag)
+    faults = _Faults()
+    state = out / STATE_DIR
+    staged = state / run_id
     try:
-        text = strict_json(dict(stats, run_id=run_id))
         with locked_folder(out):
-            _write_synced(latent_tmp, lambda p: save_file({"latent": latent.cpu().contiguous()}, str(p),
-                                                          metadata={"run_id": run_id}))
-            _write_synced(stats_tmp, lambda p: p.write_text(text))
-            os.replace(latent_tmp, out / LATENT_FILE)
-            os.replace(stats_tmp, out / STATS_FILE)
-    except BaseException:
-        latent_tmp.unlink(missing_ok=True)
-        stats_tmp.unlink(missing_ok=True)
-        for p in reversed(created):
-            if p.exists() and not any(p.iterdir()):
-                shutil.rmtree(p, ignore_errors=True)
+            state.mkdir(exist_ok=True)
+            _clean(out, state)
+            faults.step()
+            staged.mkdir()
+            save_file({"latent": latent.cpu().contiguous()}, str(staged / LATENT_FILE), metadata={"run_id": run_id})
+            _fsync_file(staged / LATENT_FILE)
+            faults.step()
+            (staged / STATS_FILE).write_text(text)
+            _fsync_file(staged / STATS_FILE)
+            _fsync_dir(staged)
+            faults.step()
+            _adopt_plain_files(out, state, faults)
+            for name in RUN_FILES:  # a new folder: the links come first, dangling until `current` exists
+                if not _is_our_link(out / name, name):
+                    _relink(_link_target(name), out / name, run_id)
+                    faults.step()
+            earlier = _current_run(state)
+            _relink(run_id, state / CURRENT, run_id)  # the switch: one rename
+            _fsync_dir(state)
+            faults.step()
+            if earlier and earlier != run_id:
+                shutil.rmtree(state / earlier, ignore_errors=True)
+                faults.step()
+            _fsync_dir(out)
+    except BaseException as e:
+        if _current_run(state) != run_id:
+            shutil.rmtree(staged, ignore_errors=True)
+            _remove_created(created)
+        if isinstance(e, (OSError, SafetensorError)):
+            reason = getattr(e, "strerror", None) or str(e).strip().splitlines()[0]
+            raise OutputError(f"cannot write the run into {out}: {reason}; the earlier run there is unchanged") \
+                from None
         raise

@@ -4,9 +4,7 @@ live with the cache, in ``caches.spec.TempCacheSettings``)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 from ...kernels import registered_host_backends
 from ...kernels.dispatch import BACKENDS as KERNEL_BACKENDS
@@ -88,8 +86,15 @@ class FastARConfig:
         if self.layers == "auto":
             if not self.calibration:
                 raise FastARError("layers 'auto' needs calibration=<file written by `fastar calibrate`>")
-            data = json.loads(Path(self.calibration).read_text())
-            return {int(i) for i in data["layers"]}
+            from ..json_files import read_json
+
+            data = read_json(self.calibration, f"calibration {self.calibration}")
+            layers = data.get("layers") if isinstance(data, dict) else None
+            if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                        for i in layers):
+                raise FastARError(f"calibration {self.calibration}: expected an object with \"layers\": [layer "
+                                  "indices], as `fastar calibrate` writes it")
+            return set(layers)
         return {int(i) for i in self.layers}
 
     def to_dict(self) -> dict:

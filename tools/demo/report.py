@@ -259,10 +259,11 @@ def _phases_text(training: dict) -> str:
 
 
 def _parameter_count(path: Path) -> int:
-    from safetensors import safe_open
+    from ...fastar_core.checkpoint_files import check_regular_file
+    from ...fastar_core.safetensors_reader import read_header
 
-    with safe_open(str(path), framework="pt", device="cpu") as f:
-        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    path = Path(path)
+    return sum(math.prod(info.shape) for info in read_header(path, check_regular_file(path)).tensors.values())
 
 
 def write_report(out_dir, seeds=BAR_SEEDS, caches=tuple(BAR_CACHES), num_frames: int = BAR_FRAMES, notes: str = "",

@@ -13,7 +13,6 @@ leaves usable weights and can be resumed.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
@@ -45,6 +44,8 @@ from .weights_io import save_demo_weights
 from .world import CHANNELS
 
 STATE_FILE = "train_state.pt"
+STATE_KEYS = ("model", "text_encoder", "ema_model", "ema_text", "optimizer", "step", "elapsed", "losses", "seed",
+              "recipe")
 
 
 def _print_now(message: str) -> None:
@@ -76,13 +77,6 @@ class TrainRecipe:
             return self.lr * (step + 1) / self.warmup_steps
         progress = min(1.0, max((step - self.warmup_steps) / max(1, self.steps - self.warmup_steps), time_fraction))
         return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def _safetensors_metadata(path) -> dict:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt", device="cpu") as f:
-        return f.metadata() or {}
 
 
 def init_models(seed: int, vocabulary: list) -> tuple[WanModel, TextEncoder]:
@@ -130,7 +124,8 @@ class Trainer:
         saved = {k: v for k, v in state["recipe"].items() if k != "steps"}
         mine = {k: v for k, v in asdict(self.recipe).items() if k != "steps"}
         if state["seed"] != self.seed or saved != mine:
-            raise ValueError("the saved training state is from another seed or recipe; use a fresh out_dir")
+            raise ValueError("the saved training state is from another seed or recipe; use a fresh --out (or "
+                             "--fresh)")
         self._load_weights(state)
         self.step, self.elapsed, self.losses = state["step"], state["elapsed"], list(state["losses"])
         self.phases = list(state.get("phases", []))
@@ -155,13 +150,18 @@ class Trainer:
         """Start from a demo weights file (e.g. the bundled one): its (fp16) weights become both the live and the
         EMA weights, the optimizer starts afresh. Words new to this vocabulary get fresh embeddings; words the
         file knows keep theirs. The file's training summary is kept as an earlier phase."""
-        from safetensors.torch import load_file
-
+        from ...fastar_core.checkpoint import checkpoint_errors
+        from ...fastar_core.checkpoint_files import read_raw
+        from ...fastar_core.errors import CheckpointError
         from .settings import MODEL_PREFIX
         from .text import STATE_PREFIX
 
-        tensors = load_file(str(path))
-        meta = json.loads(_safetensors_metadata(path)["demo"])
+        with checkpoint_errors(path):
+            tensors, metadata = read_raw(Path(path))
+            meta = metadata.get("demo")
+            if not isinstance(meta, dict) or not isinstance(meta.get("vocabulary"), list):
+                raise CheckpointError(path, "is not a demo weights file (its metadata has no demo entry with a "
+                                            "vocabulary)")
         model_state = {k[len(MODEL_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(MODEL_PREFIX)}
         text_state = {k[len(STATE_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(STATE_PREFIX)}
         embedding = self.text_encoder.token.weight.detach().clone()
@@ -313,23 +313,27 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
     if threads:
         torch.set_num_threads(threads)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     recipe = TrainRecipe(**(recipe_overrides or {}))
     if steps is not None:
         recipe = TrainRecipe(**{**asdict(recipe), "steps": int(steps)})
     if batch is not None:
         recipe = TrainRecipe(**{**asdict(recipe), "batch": int(batch)})
-    trainer = Trainer(out_dir, recipe, seed, log)
     state_path = out_dir / STATE_FILE
-    if resume and state_path.is_file():
-        trainer.load_state_dict(torch.load(state_path, map_location="cpu", weights_only=False))
+    resuming = resume and state_path.is_file()
+    # What the run starts from is read (and refused) before any model is built.
+    state = read_training_state(state_path if resuming else init_from) \
+        if resuming or (init_from is not None and not str(init_from).endswith(".safetensors")) else None
+    trainer = Trainer(out_dir, recipe, seed, log)
+    if resuming:
+        _state_fits(state_path, lambda: trainer.load_state_dict(state))
         log(f"resumed at step {trainer.step} ({trainer.elapsed / 60:.1f} min so far)")
     elif init_from is not None and str(init_from).endswith(".safetensors"):
-        trainer.warm_start_from_weights(init_from)
+        _state_fits(init_from, lambda: trainer.warm_start_from_weights(init_from))
         log(f"initialised from the weights {init_from} ({trainer.phases[-1]['steps']} steps)")
     elif init_from is not None:
-        trainer.warm_start(torch.load(init_from, map_location="cpu", weights_only=False))
+        _state_fits(init_from, lambda: trainer.warm_start(state))
         log(f"initialised from {init_from} ({trainer.phases[-1]['steps']} steps)")
+    out_dir.mkdir(parents=True, exist_ok=True)  # only once what it starts from has been read and accepted
     budget = None if minutes is None else minutes * 60.0
     last_checkpoint = time.perf_counter()
     session_start, elapsed_before = time.perf_counter(), trainer.elapsed
@@ -354,22 +358,60 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
     return summary
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="fastar train-demo", description="train the bundled demo video model")
+def read_training_state(path) -> dict:
+    """A ``train_state.pt`` read through the engine's checked loader (``weights_only``, its pickle bounded before
+    torch reads it), and checked to hold what a training state holds."""
+    from ...fastar_core.checkpoint import checkpoint_errors
+    from ...fastar_core.checkpoint_files import read_raw
+    from ...fastar_core.errors import CheckpointError
+
+    path = Path(path)
+    with checkpoint_errors(path):
+        state, _ = read_raw(path)
+        missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+        if missing:
+            raise CheckpointError(path, f"is not a demo training state ({STATE_FILE}): it has no "
+                                        f"{', '.join(missing[:4])}")
+        return state
+
+
+def _state_fits(path, apply) -> None:
+    """Load a read state into the trainer; a state of another shape is one error naming the file."""
+    from ...fastar_core.errors import CheckpointError
+
+    try:
+        apply()
+    except (RuntimeError, KeyError, TypeError, ValueError, IndexError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(path, f"does not fit the demo model and its trainer: {first[:300]}") from None
+
+
+def build_parser():
+    from ..parsing import OneLineParser
+
+    p = OneLineParser(prog="fastar train-demo", description="train the bundled demo video model")
     p.add_argument("--out", default="demo_training", help="output folder (weights, card, plots, training state)")
     p.add_argument("--steps", type=int, default=None, help=f"optimisation steps (default {TrainRecipe.steps})")
     p.add_argument("--minutes", type=float, default=None, help="stop after this much wall time (weights are kept)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of every step's clips")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--batch", type=int, default=None, help=f"clips per step (default {TrainRecipe.batch})")
     p.add_argument("--fresh", action="store_true", help="ignore a saved training state in --out")
     p.add_argument("--init-from", help="train_state.pt of an earlier run to continue from as a new phase, "
                    "or a demo .safetensors to start from")
-    p.add_argument("--checkpoint-minutes", type=float, default=10.0)
+    p.add_argument("--checkpoint-minutes", type=float, default=10.0,
+                   help="minutes between saves of the weights and the training state")
     p.add_argument("--no-report", action="store_true", help="skip the evaluation and model card")
     p.add_argument("--report-only", action="store_true", help="only evaluate the weights in --out and write the card")
     p.add_argument("--notes", help="a Markdown file whose text goes into the model card under the verdict")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    from ..command_checks import check_train
+
+    args = build_parser().parse_args(argv)
+    check_train(args)
     if args.report_only:
         from .report import write_report
 

@@ -31,7 +31,11 @@ def save_demo_weights(model, text_encoder, path, demo_metadata: dict, dtype=torc
 
 
 def read_text_encoder_state(path) -> dict:
-    from safetensors import safe_open
+    """The text encoder's tensors, read through the engine's checked loader (only those tensors are read)."""
+    from ...fastar_core.checkpoint import checkpoint_errors
+    from ...fastar_core.checkpoint_files import read_raw
 
-    with safe_open(str(path), framework="pt", device="cpu") as f:
-        return {k[len(STATE_PREFIX):]: f.get_tensor(k) for k in f.keys() if k.startswith(STATE_PREFIX)}
+    path = Path(path)
+    with checkpoint_errors(path):
+        tensors, _ = read_raw(path, before_load=lambda infos, _: [k for k in infos if k.startswith(STATE_PREFIX)])
+    return {k[len(STATE_PREFIX):]: v for k, v in tensors.items()}

@@ -1,0 +1,119 @@
+"""The command line's output: progress that can never end a run, and every failure as one ``fastar: error:`` line.
+
+Progress goes to stdout, which a user may close (``| head -1``), fill (``> /dev/full``) or give an encoding that
+cannot print a path (``PYTHONIOENCODING=ascii``). None of that is the run's business: ``ForgivingStream``
+prints what the encoding can say (the rest escaped), and once stdout is gone it drops further progress and
+points the descriptor at ``/dev/null``, so that the interpreter's own flush at exit cannot fail either.
+``error_line`` turns what ends a command (bad input, a refusing machine, an interrupt) into the one line printed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+from ..fastar_core.errors import FastARError
+
+
+class ForgivingStream(io.TextIOBase):
+    """A text stream over ``stream`` whose writes and flushes never raise."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.closed_by_reader = False
+
+    @property
+    def encoding(self):
+        return getattr(self.stream, "encoding", "utf-8")
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        try:
+            return self.stream.isatty()
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def write(self, text: str) -> int:
+        if self.closed_by_reader:
+            return len(text)
+        try:
+            try:
+                self.stream.write(text)
+            except UnicodeEncodeError:
+                encoding = self.encoding or "ascii"
+                self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+        except (OSError, ValueError):
+            self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if self.closed_by_reader:
+            return
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            self._gone()
+
+    def _gone(self) -> None:
+        """stdout was closed or is full: keep running silently; the descriptor now writes to /dev/null so the
+        buffered rest and the exit-time flush go nowhere instead of raising."""
+        self.closed_by_reader = True
+        try:
+            fd = self.stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass
+
+
+def forgiving_stdout():
+    """Replace sys.stdout for one command; returns what to put back."""
+    before = sys.stdout
+    if not isinstance(before, ForgivingStream):
+        sys.stdout = ForgivingStream(before)
+    return before
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def os_error_line(e: OSError) -> str:
+    """An OSError as 'what: why', naming the file or folder, without Python's errno prefix."""
+    why = e.strerror or _one_line(e) or type(e).__name__
+    where = e.filename if e.filename is not None else None
+    if where is not None:
+        second = f" -> {e.filename2}" if getattr(e, "filename2", None) else ""
+        return f"{where}{second}: {why}"
+    return why
+
+
+def error_line(e: BaseException) -> tuple[str, int]:
+    """(the one line, the exit code) for what ended a command."""
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted; nothing was written by the unfinished step (earlier outputs are kept)", 130
+    if isinstance(e, FastARError):
+        return _one_line(e), 2
+    if isinstance(e, MemoryError):
+        return "out of memory; use fewer --frames, a smaller size or a bounded cache", 2
+    if isinstance(e, OSError):
+        return os_error_line(e), 2
+    if type(e).__name__ == "SafetensorError":  # raised by safetensors on a failed write; not an OSError
+        return f"cannot write a safetensors file: {_one_line(e)}", 2
+    raise e
+
+
+def report_error(e: BaseException) -> int:
+    line, code = error_line(e)
+    try:
+        print(f"fastar: error: {line}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+    return code
