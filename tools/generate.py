@@ -54,7 +54,7 @@ def run_generate(args) -> int:
 
     inputs = checks.check_generate(args)
     device = inputs.device
-    ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora)
+    ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora, weights_entry=args.weights_entry)
     cfg = ckpt.config
     checks.check_against_model(args, inputs, cfg)
     settings = settings_from_arguments(args, num_layers=cfg.num_layers)
