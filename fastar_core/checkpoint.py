@@ -173,9 +173,9 @@ def _pick_container(raw, path: Path, weights_entry: str = "auto") -> tuple[dict,
     if not present:
         return raw, "flat", "the file's only weights"
     family = family_from_path(path)
-    wanted, source = WEIGHT_ENTRIES.get(family, (None, ""))
-    if wanted in present and len(present) > 1:
-        return raw[wanted], wanted, f"auto: {family} loads {wanted} ({source})"
+    rule = WEIGHT_ENTRIES.get(family or "")
+    if rule is not None and rule[0] in present and len(present) > 1:
+        return raw[rule[0]], rule[0], f"auto: {family} loads {rule[0]} ({rule[1]})"
     if len(present) == 1:
         return raw[present[0]], present[0], "the file's only weights"
     return raw[present[0]], present[0], (f"auto: the first of {', '.join(present)} (the file name names no family "
