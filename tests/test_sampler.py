@@ -8,7 +8,7 @@ from comfyui_fastar.fastar_core.errors import FastARError, GenerationCancelled
 from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
 from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig, noise_seed
-from comfyui_fastar.fastar_core.schedule import SCHEDULE_PRESETS, get_schedule
+from comfyui_fastar.fastar_core.schedule import SCHEDULE_PRESETS, get_schedule, training_table
 from comfyui_fastar.fastar_core.wan_config import WanConfig
 from comfyui_fastar.fastar_core.wan_model import random_wan
 
@@ -26,6 +26,11 @@ def test_schedules_match_the_reference_models():
     assert [round(s, 4) for s in sf] == [1.0, 0.9375, 0.8333, 0.625]
     rf = SCHEDULE_PRESETS["rolling-forcing"].sigmas
     assert [round(s, 3) for s in rf] == [1.0, 0.952, 0.882, 0.769, 0.556]
+    # Entries 1000 - s of the float32 shifted table, bit for bit, as the references index it (two of the five
+    # are one float32 ulp away when shifted in float64).
+    table = training_table(5.0)[0]
+    assert torch.equal(torch.tensor(rf, dtype=torch.float32), table[[0, 200, 400, 600, 800]])
+    assert torch.equal(torch.tensor(sf, dtype=torch.float32), table[[0, 250, 500, 750]])
     assert get_schedule("1000,757,522").sigmas == (1.0, 0.757, 0.522)
     assert get_schedule(torch.tensor([1.0, 0.5, 0.0])).sigmas == (1.0, 0.5)
     with pytest.raises(FastARError, match="not a preset"):
@@ -252,3 +257,4 @@ def test_recompute_cache_rebuilds_a_short_context_before_every_chunk():
         rollout(model, cache=CacheSpec(policy="recompute", sink_frames=3, window_frames=6))
     with pytest.raises(FastARError, match="needs sampler mode 'chunk'"):
         rollout(model, mode="rolling", cache=spec)
+

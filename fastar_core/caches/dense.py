@@ -137,8 +137,10 @@ class DenseKVCache(KVCache):
         )
 
     def _held(self, layer: int, lo: int, hi: int) -> list[tuple[int, int]]:
-        """(frame, slot) of the held frames in [lo, hi), oldest first."""
-        return sorted((f, s) for s, f in enumerate(self.slot_frame[layer]) if lo <= f < hi)
+        """(frame, slot) of the held frames in [lo, hi), oldest first. Empty slots (frame -1) are never held, even
+        when ``lo`` is negative: Rolling Forcing's clean pass asks for the ``attend`` frames ending with its chunk
+        before that many exist, and reads the frames so far, not zero keys."""
+        return sorted((f, s) for s, f in enumerate(self.slot_frame[layer]) if f >= 0 and lo <= f < hi)
 
     def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
         live = self._live_slots(layer)
