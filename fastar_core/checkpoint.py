@@ -1,7 +1,8 @@
 """Loading Wan2.1-family AR checkpoints (Self-Forcing, CausVid, Rolling Forcing, LongLive, Krea, Causal Forcing).
 
 One entry point, ``load_checkpoint``: it reads ``.safetensors`` or ``.pt`` (never executing pickled code), picks
-the EMA weights when present, strips the training wrappers' prefixes, checks every key, dtype and shape against
+the weights the model family's own inference loads (``generator`` or ``generator_ema``, see ``WEIGHT_ENTRIES``),
+strips the training wrappers' prefixes, checks every key, dtype and shape against
 the Wan2.1 T2V layout, and says in one message what is wrong with a file that does not fit.
 
 The layout is checked from the declared shapes before the model's memory is committed (a safetensors file's
@@ -36,6 +37,50 @@ from .wan_model import WanModel
 
 # Top-level containers of training checkpoints, most preferred first.
 CONTAINER_KEYS = ("generator_ema", "generator", "state_dict", "model")
+# Which weights to take from a file holding both a generator and its EMA: "auto" (the family's own choice, below),
+# or one entry by name.
+WEIGHTS_ENTRY_CHOICES = ("auto", "generator_ema", "generator")
+# What each family's published inference loads, and where it says so. Self-Forcing, Rolling Forcing and Causal
+# Forcing default to ``generator`` in their inference.py but every command their READMEs give passes --use_ema
+# (Causal Forcing's chunk-wise one excepted).
+WEIGHT_ENTRIES = {
+    "self-forcing": ("generator_ema", "its README runs inference.py --use_ema"),
+    "rolling-forcing": ("generator_ema", "its README runs inference.py --use_ema"),
+    "causal-forcing": ("generator_ema", "its README runs the frame-wise and Causal Forcing++ models with --use_ema"),
+    "causal-forcing-chunkwise": ("generator", "its README runs the chunk-wise model without --use_ema"),
+    "longlive": ("generator", "its inference configs set use_ema: false"),
+    "causvid": ("generator", "its minimal_inference scripts load ['generator']"),
+}
+# File or folder names the released checkpoints go by, checked in order against the lower-cased path's last two
+# parts with '-' and ' ' read as '_' (CausVid ships autoregressive_checkpoint/model.pt).
+FAMILY_NAMES = (
+    ("longlive", "longlive"),
+    ("causvid", "causvid"),
+    ("autoregressive_checkpoint", "causvid"),
+    ("rolling_forcing", "rolling-forcing"),
+    ("rollingforcing", "rolling-forcing"),
+    ("self_forcing", "self-forcing"),
+    ("selfforcing", "self-forcing"),
+    ("chunkwise", "causal-forcing-chunkwise"),
+    ("causal_forcing", "causal-forcing"),
+    ("framewise", "causal-forcing"),
+)
+
+
+def family_from_path(path) -> str | None:
+    """The model family a checkpoint's file (or folder) name says, None when it says none."""
+    parts = Path(path).parts[-2:]
+    name = "/".join(parts).lower().replace("-", "_").replace(" ", "_")
+    for needle, family in FAMILY_NAMES:
+        if needle in name:
+            return family
+    return None
+
+
+def check_weights_entry(weights_entry: str) -> str:
+    if weights_entry not in WEIGHTS_ENTRY_CHOICES:
+        raise FastARError(f"weights_entry {weights_entry!r} is not one of {', '.join(WEIGHTS_ENTRY_CHOICES)}")
+    return weights_entry
 # Safetensors dtype names as torch dtypes (what a header declares before anything is read).
 _ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
               "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "I64": torch.int64, "I32": torch.int32,
@@ -54,6 +99,7 @@ class LoadedCheckpoint:
     metadata: dict = field(default_factory=dict)
     lora: str | None = None
     file_dtypes: dict = field(default_factory=dict)  # dtype name -> tensor count, as stored
+    weights_choice: str = ""  # why ``container`` was taken (the family's rule, the override, the only one)
 
     @property
     def num_parameters(self) -> int:
@@ -86,6 +132,7 @@ class LoadedCheckpoint:
             "file_dtypes": dict(self.file_dtypes),
             "parameters": self.num_parameters,
             "container": self.container,
+            "weights_choice": self.weights_choice,
             "prefix_stripped": self.prefix or "(none)",
             "causal_ar_marker": self.causal_ar,
             "lora_merged": self.lora,
@@ -112,13 +159,27 @@ def checkpoint_errors(path):
 # --- the layout: keys, dtypes, config and shapes, checked from declared shapes -----------------------------
 
 
-def _pick_container(raw, path: Path) -> tuple[dict, str]:
+def _pick_container(raw, path: Path, weights_entry: str = "auto") -> tuple[dict, str, str]:
+    """(weights, entry, why): the entry the override names, else the family's own, else the first present."""
     if not isinstance(raw, dict):
         raise CheckpointError(path, f"expected a dict of tensors, found {type(raw).__name__}")
-    for key in CONTAINER_KEYS:
-        if key in raw and isinstance(raw[key], dict) and raw[key]:
-            return raw[key], key
-    return raw, "flat"
+    present = [key for key in CONTAINER_KEYS if key in raw and isinstance(raw[key], dict) and raw[key]]
+    if weights_entry != "auto":
+        if weights_entry not in present:
+            held = ", ".join(present) if present else "no named entry (a flat dict of weights)"
+            raise CheckpointError(path, f"weights_entry {weights_entry!r}: the file has no such entry; it holds "
+                                        f"{held} (weights_entry: auto, or one of those)")
+        return raw[weights_entry], weights_entry, "chosen by weights_entry"
+    if not present:
+        return raw, "flat", "the file's only weights"
+    family = family_from_path(path)
+    rule = WEIGHT_ENTRIES.get(family or "")
+    if rule is not None and rule[0] in present and len(present) > 1:
+        return raw[rule[0]], rule[0], f"auto: {family} loads {rule[0]} ({rule[1]})"
+    if len(present) == 1:
+        return raw[present[0]], present[0], "the file's only weights"
+    return raw[present[0]], present[0], (f"auto: the first of {', '.join(present)} (the file name names no family "
+                                         "whose inference says otherwise)")
 
 
 
@@ -138,6 +199,7 @@ def load_checkpoint(
     lora: str | None = None,
     lora_alpha: float | None = None,
     check_finite: bool = True,
+    weights_entry: str = "auto",
 ) -> LoadedCheckpoint:
     """Read, normalise and validate a Wan2.1 DiT checkpoint.
 
@@ -145,13 +207,17 @@ def load_checkpoint(
     ``config``: the expected shape; read from the metadata or inferred from the tensors when None.
     ``lora``: a LongLive-style PEFT LoRA file merged into the weights (scale alpha / rank; alpha defaults to rank).
     ``check_finite``: refuse weights holding NaN or infinity (one pass over the weights).
+    ``weights_entry``: which weights of a training ``.pt`` holding several: "auto" takes the one the family's own
+    inference loads (``WEIGHT_ENTRIES``, the family read from the file name), else ``generator_ema`` before
+    ``generator``; "generator" or "generator_ema" names one.
     """
     path = Path(path)
+    check_weights_entry(weights_entry)
     with checkpoint_errors(path):
-        return _load(path, dtype, expect, config, lora, lora_alpha, check_finite)
+        return _load(path, dtype, expect, config, lora, lora_alpha, check_finite, weights_entry)
 
 
-def _load(path, dtype, expect, config, lora, lora_alpha, check_finite) -> LoadedCheckpoint:
+def _load(path, dtype, expect, config, lora, lora_alpha, check_finite, weights_entry) -> LoadedCheckpoint:
     found = {}
 
     def before_load(infos, metadata):  # safetensors: the whole layout is checked from its header
@@ -164,7 +230,7 @@ def _load(path, dtype, expect, config, lora, lora_alpha, check_finite) -> Loaded
         return list(found["layout"].keys.values())  # a bundle's other parts (text encoder, VAE) are not read
 
     raw, metadata = read_raw(path, before_load=before_load)
-    sd, container = _pick_container(raw, path)
+    sd, container, why = _pick_container(raw, path, weights_entry)
     if "layout" not in found:
         bad_keys = [k for k in sd if not isinstance(k, str)]
         if bad_keys:
@@ -187,7 +253,7 @@ def _load(path, dtype, expect, config, lora, lora_alpha, check_finite) -> Loaded
     return LoadedCheckpoint(
         path=str(path), state_dict=sd, config=layout.config, container=container, prefix=layout.prefix,
         dtype=target, file_dtype=main, metadata=metadata, lora=str(lora) if lora else None,
-        file_dtypes=dict(counts.most_common()),
+        file_dtypes=dict(counts.most_common()), weights_choice=why,
     )
 
 

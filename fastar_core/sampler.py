@@ -321,14 +321,22 @@ class RolloutLoop:
             self._recache(frame_start, segment.recache_frames)
 
     def _recache(self, frame_start: int, n: int):
-        """LongLive's recache (its ``_recache_after_switch``): the clean frames still in reach are re-encoded
-        under the new prompt in one pass, every one seeing all the others and the kept sink (whose keys stay
-        the old prompt's); at most ``n`` frames, never the sink, and for a window no more than it holds
-        besides the sink."""
-        sink = self.cfg.cache.sink_frames if self.cfg.cache.policy in ("window", "rolling", "tempcache") else 0
-        if self.cfg.cache.policy == "window":
-            n = min(n, self.cfg.cache.window_frames - sink)
-        first = max(sink, frame_start - n)
+        """LongLive's recache (its ``_recache_after_switch``): the last ``n`` clean frames (a window: at most the
+        frames it attends, its ``local_attn_size``) are re-encoded under the new prompt in one pass, every one
+        seeing all the others. When they reach back to frame 0 (a switch within the first window), the pass
+        starts there and re-encodes the sink as well: LongLive protects its sink only in a recompute that does
+        not start at frame 0. Otherwise the kept sink, whose keys stay the old prompt's, is seen and not
+        re-encoded, and a window re-encodes no more than it holds besides the sink."""
+        spec = self.cfg.cache
+        sink = spec.sink_frames if spec.policy in ("window", "rolling", "tempcache") else 0
+        if spec.policy == "window":
+            n = min(n, spec.window_frames)
+        if frame_start - n <= 0:
+            first = 0
+        else:
+            if spec.policy == "window":
+                n = min(n, spec.window_frames - sink)
+            first = max(sink, frame_start - n)
         if first >= frame_start:
             return
         self.cache.rewind(first)

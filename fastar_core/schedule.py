@@ -22,8 +22,18 @@ def shift_sigma(sigma: float, shift: float) -> float:
 
 
 def warp_steps(steps, shift: float, num_train_timesteps: int = 1000) -> list[float]:
-    """Self-Forcing's ``warp_denoising_step``: step s picks training sigma ``1 - (1000 - s)/1000`` then shifts it."""
-    return [shift_sigma(1.0 - (num_train_timesteps - s) / num_train_timesteps, shift) for s in steps]
+    """Self-Forcing's ``warp_denoising_step``: step s picks entry ``1000 - s`` of the float32 shifted training table
+    (sigma ``s / 1000`` shifted), as the references index it; computed in float64 instead, some levels (two of
+    Rolling Forcing's five) land one float32 ulp away. A step that is not a whole table index is shifted
+    exactly."""
+    sigmas, _ = training_table(shift, num_train_timesteps)
+    table = torch.cat([sigmas, torch.zeros(1)]).double()
+    out = []
+    for s in steps:
+        index = num_train_timesteps - s
+        whole = float(index).is_integer() and 0 <= index < num_train_timesteps
+        out.append(float(table[int(index)]) if whole else shift_sigma(1.0 - index / num_train_timesteps, shift))
+    return out
 
 
 def training_table(shift: float, num_train_timesteps: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:

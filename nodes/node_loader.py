@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..fastar_core.checkpoint import load_checkpoint
+from ..fastar_core.checkpoint import WEIGHTS_ENTRY_CHOICES, load_checkpoint
 from .constants import CATEGORY
 from .host import WEIGHT_DTYPES, get_host
 from .inputs import combo, float_input
@@ -13,28 +13,30 @@ NO_LORA = "none"
 ENGINE_DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}  # others: ComfyUI casts (fp8) or picks (default)
 
 
-def load_native_model(path: str, weight_dtype: str, lora: str | None, shift: float, disable_dynamic: bool = False):
+def load_native_model(path: str, weight_dtype: str, lora: str | None, shift: float, disable_dynamic: bool = False,
+                      weights_entry: str = "auto"):
     """Checkpoint file -> (MODEL, checkpoint). Also registered as the MODEL's ``cached_patcher_init``, the factory
     ComfyUI 0.2x calls (with ``disable_dynamic=True``) to rebuild a model when a Dynamic VRAM patcher must be
     cloned into a plain one (TorchCompileModel, MultiGPU, hooked conditioning) and refuses without it."""
-    ckpt = load_checkpoint(path, dtype=ENGINE_DTYPES.get(weight_dtype), lora=lora)
+    ckpt = load_checkpoint(path, dtype=ENGINE_DTYPES.get(weight_dtype), lora=lora, weights_entry=weights_entry)
     model = get_host().model_from_checkpoint(ckpt, weight_dtype, shift, disable_dynamic=disable_dynamic)
     if hasattr(model, "cached_patcher_init"):
-        model.cached_patcher_init = (rebuild_model, (path, weight_dtype, lora, shift))
+        model.cached_patcher_init = (rebuild_model, (path, weight_dtype, lora, shift, weights_entry))
     return model, ckpt
 
 
-def rebuild_model(path, weight_dtype, lora, shift, disable_dynamic=False):
-    return load_native_model(path, weight_dtype, lora, shift, disable_dynamic)[0]
+def rebuild_model(path, weight_dtype, lora, shift, weights_entry="auto", disable_dynamic=False):
+    return load_native_model(path, weight_dtype, lora, shift, disable_dynamic, weights_entry)[0]
 
 
 class LoadARVideoModel:
     DESCRIPTION = ("Loads a Wan2.1 autoregressive checkpoint (Self-Forcing, CausVid, Rolling Forcing, LongLive, Krea, "
-                   "Causal Forcing; .safetensors or .pt) from models/diffusion_models: picks the EMA weights, strips "
-                   "training prefixes, optionally merges a LongLive LoRA, and builds a native MODEL with ComfyUI's "
-                   "own loader, so LoRA loaders, model-sampling and compile nodes keep working on it (compile nodes "
-                   "speed up ComfyUI's own samplers only). Where ComfyUI has its own causal Wan model (0.21+), that "
-                   "is the class built, so core's Sampler AR Video runs on it too.")
+                   "Causal Forcing; .safetensors or .pt) from models/diffusion_models: picks the weights the model's "
+                   "own inference loads (generator or generator_ema), strips training prefixes, optionally merges "
+                   "a LongLive LoRA, and builds a native MODEL with ComfyUI's own loader, so LoRA loaders, "
+                   "model-sampling and compile nodes keep working on it (compile nodes speed up ComfyUI's own "
+                   "samplers only). Where ComfyUI has its own causal Wan model (0.21+), that is the class built, so "
+                   "core's Sampler AR Video runs on it too.")
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -54,6 +56,14 @@ class LoadARVideoModel:
                                  "Flow shift that ComfyUI's own schedulers (BasicScheduler) use with this MODEL: 5 "
                                  "gives the Self-Forcing family's 4-step sigmas with 4 'simple' steps. The Long Video "
                                  "Sampler's presets do not depend on it."),
+        }, "optional": {
+            "weights_entry": combo(WEIGHTS_ENTRY_CHOICES,
+                                   "Which weights of a training .pt that holds both a generator and its EMA. auto: "
+                                   "the ones the model's own inference loads, by the family its file name says "
+                                   "(generator for LongLive, use_ema: false, and CausVid; generator_ema for "
+                                   "Self-Forcing, Rolling Forcing and Causal Forcing), generator_ema when the name "
+                                   "says no family. 'info' says which was taken. A .safetensors holds one set: "
+                                   "keep auto.", default="auto"),
         }}
 
     RETURN_TYPES = ("MODEL", "STRING")
@@ -62,11 +72,11 @@ class LoadARVideoModel:
     FUNCTION = "load"
     CATEGORY = CATEGORY
 
-    def load(self, model_name, weight_dtype="default", lora_name=NO_LORA, shift=5.0):
+    def load(self, model_name, weight_dtype="default", lora_name=NO_LORA, shift=5.0, weights_entry="auto"):
         host = get_host()
         path = host.full_path("diffusion_models", model_name)
         lora = host.full_path("loras", lora_name) if lora_name and lora_name != NO_LORA else None
-        model, ckpt = load_native_model(path, weight_dtype, lora, shift)
+        model, ckpt = load_native_model(path, weight_dtype, lora, shift, weights_entry=weights_entry)
         dm = getattr(getattr(model, "model", None), "diffusion_model", None)
         info = json.dumps({**ckpt.summary(), "weight_dtype": weight_dtype, "shift": shift,
                            "model_class": type(dm).__name__}, indent=1)

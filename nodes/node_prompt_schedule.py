@@ -28,7 +28,8 @@ class ARPromptScheduleNode:
                 "connected.")
         required["recache_frames"] = int_input(
             0, 0, 64, "LongLive recache: on each switch, re-encode this many previous latent frames under the new "
-                      "prompt (LongLive uses 12). 0 = switch without recache.")
+                      "prompt (LongLive uses 12). When they reach back to the first frame, the sink is re-encoded "
+                      "too, as LongLive does. 0 = switch without recache.")
         optional = {f"conditioning_{i}": link("CONDITIONING", f"Prompt {i} (optional).") for i in range(2, SLOTS + 1)}
         return {"required": required, "optional": optional}
 

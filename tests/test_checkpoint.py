@@ -13,7 +13,7 @@ from comfyui_fastar.fastar_core.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from comfyui_fastar.fastar_core.errors import CheckpointError
+from comfyui_fastar.fastar_core.errors import CheckpointError, FastARError
 from comfyui_fastar.fastar_core.wan_config import KNOWN_SIZES, WanConfig, infer_config
 from comfyui_fastar.fastar_core.wan_model import WanModel
 
@@ -54,6 +54,46 @@ def test_pt_prefers_generator_ema_and_strips_fsdp(tmp_path):
     ckpt = load_checkpoint(path, config=CFG)
     assert ckpt.container == "generator_ema"
     assert_same(ema, ckpt)
+
+
+def both_entries(path, ema, plain):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"generator": {"model." + k: v for k, v in plain.items()},
+                "generator_ema": {"model." + k: v for k, v in ema.items()}}, path)
+    return path
+
+
+@pytest.mark.parametrize("name,entry", [
+    ("longlive_base.pt", "generator"),  # LongLive's inference configs: use_ema: false
+    ("autoregressive_checkpoint/model.pt", "generator"),  # CausVid's released folder; its scripts load generator
+    ("causvid_ar.pt", "generator"),
+    ("rolling_forcing_dmd.pt", "generator_ema"),
+    ("Self-Forcing DMD.pt", "generator_ema"),
+    ("framewise/causal_forcing.pt", "generator_ema"),
+    ("chunkwise/causal_forcing.pt", "generator"),  # Causal Forcing's README runs chunk-wise without --use_ema
+    ("my_model.pt", "generator_ema"),  # no family named: the EMA, as before
+])
+def test_auto_takes_the_entry_the_family_inference_loads(tmp_path, name, entry):
+    ema, plain = tiny_sd(1), tiny_sd(2)
+    ckpt = load_checkpoint(both_entries(tmp_path / name, ema, plain), config=CFG)
+    assert ckpt.container == entry
+    assert_same(plain if entry == "generator" else ema, ckpt)
+    assert ckpt.summary()["weights_choice"].startswith("auto")
+
+
+def test_weights_entry_overrides_the_family_and_names_what_a_file_lacks(tmp_path):
+    ema, plain = tiny_sd(1), tiny_sd(2)
+    path = both_entries(tmp_path / "longlive_base.pt", ema, plain)
+    ckpt = load_checkpoint(path, config=CFG, weights_entry="generator_ema")
+    assert ckpt.container == "generator_ema" and ckpt.weights_choice == "chosen by weights_entry"
+    assert_same(ema, ckpt)
+    only = tmp_path / "longlive_ema_only.pt"
+    torch.save({"generator_ema": {"model." + k: v for k, v in ema.items()}}, only)
+    assert load_checkpoint(only, config=CFG).container == "generator_ema"  # auto: the only weights there are
+    with pytest.raises(CheckpointError, match="weights_entry 'generator'.*holds generator_ema"):
+        load_checkpoint(only, config=CFG, weights_entry="generator")
+    with pytest.raises(FastARError, match="weights_entry 'ema' is not one of auto, generator_ema, generator"):
+        load_checkpoint(only, config=CFG, weights_entry="ema")
 
 
 @pytest.mark.parametrize("container", ["generator", "state_dict", "model"])

@@ -29,6 +29,22 @@ def test_info_prints_family_config_dtype_parameters_prefix(ckpt, capsys):
     assert summary["config"]["num_layers"] == 2 and summary["parameters"] > 0
 
 
+def test_info_says_which_weights_entry_it_takes_and_follows_the_override(tmp_path, capsys):
+    ema, plain = tiny_model(1).state_dict(), tiny_model(2).state_dict()
+    path = tmp_path / "longlive_base.pt"
+    torch.save({"generator": {"model." + k: v for k, v in plain.items()},
+                "generator_ema": {"model." + k: v for k, v in ema.items()}}, path)
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "from 'generator' (auto: longlive loads generator (its inference configs set use_ema: false))" in out
+    assert main(["info", str(path), "--weights-entry", "generator_ema", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["container"] == "generator_ema" and summary["weights_choice"] == "chosen by weights_entry"
+    with pytest.raises(SystemExit) as stop:
+        main(["info", str(path), "--weights-entry", "ema"])
+    assert stop.value.code == 2 and "--weights-entry: invalid choice: 'ema'" in capsys.readouterr().err
+
+
 def test_info_refuses_a_bad_file_with_one_line(tmp_path, capsys):
     bad = tmp_path / "vae.safetensors"
     save_file({"decoder.weight": torch.zeros(2)}, str(bad))

@@ -85,6 +85,20 @@ def resolved_settings(patched, **cache):
     return fastar_choice_of(patched).resolve(**cache)
 
 
+def test_loader_weights_entry_is_optional_and_picks_the_entry(host, tmp_path):
+    optional = NODES["FastAR_LoadARVideoModel"].INPUT_TYPES()["optional"]
+    choices, spec = optional["weights_entry"]
+    assert choices == ["auto", "generator_ema", "generator"] and spec["default"] == "auto"
+    assert "LongLive" in spec["tooltip"]
+    ema, plain = tiny_model(1).state_dict(), tiny_model(2).state_dict()
+    torch.save({"generator": {"model." + k: v for k, v in plain.items()},
+                "generator_ema": {"model." + k: v for k, v in ema.items()}}, tmp_path / "longlive_base.pt")
+    loader = NODES["FastAR_LoadARVideoModel"]()
+    assert json.loads(loader.load("longlive_base.pt", "default", "none", 5.0)[1])["container"] == "generator"
+    info = json.loads(loader.load("longlive_base.pt", "default", "none", 5.0, weights_entry="generator_ema")[1])
+    assert info["container"] == "generator_ema" and info["weights_choice"] == "chosen by weights_entry"
+
+
 def test_load_patch_schedule_sample_report(host, model):
     schedule = NODES["FastAR_PromptSchedule"]().build(cond(1), recache_frames=2, conditioning_2=cond(2),
                                                        start_frame_2=9, start_frame_3=1, start_frame_4=1)[0]

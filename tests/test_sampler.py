@@ -8,7 +8,7 @@ from comfyui_fastar.fastar_core.errors import FastARError, GenerationCancelled
 from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
 from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig, noise_seed
-from comfyui_fastar.fastar_core.schedule import SCHEDULE_PRESETS, get_schedule
+from comfyui_fastar.fastar_core.schedule import SCHEDULE_PRESETS, get_schedule, training_table
 from comfyui_fastar.fastar_core.wan_config import WanConfig
 from comfyui_fastar.fastar_core.wan_model import random_wan
 
@@ -26,6 +26,11 @@ def test_schedules_match_the_reference_models():
     assert [round(s, 4) for s in sf] == [1.0, 0.9375, 0.8333, 0.625]
     rf = SCHEDULE_PRESETS["rolling-forcing"].sigmas
     assert [round(s, 3) for s in rf] == [1.0, 0.952, 0.882, 0.769, 0.556]
+    # Entries 1000 - s of the float32 shifted table, bit for bit, as the references index it (two of the five
+    # are one float32 ulp away when shifted in float64).
+    table = training_table(5.0)[0]
+    assert torch.equal(torch.tensor(rf, dtype=torch.float32), table[[0, 200, 400, 600, 800]])
+    assert torch.equal(torch.tensor(sf, dtype=torch.float32), table[[0, 250, 500, 750]])
     assert get_schedule("1000,757,522").sigmas == (1.0, 0.757, 0.522)
     assert get_schedule(torch.tensor([1.0, 0.5, 0.0])).sigmas == (1.0, 0.5)
     with pytest.raises(FastARError, match="not a preset"):
@@ -252,3 +257,54 @@ def test_recompute_cache_rebuilds_a_short_context_before_every_chunk():
         rollout(model, cache=CacheSpec(policy="recompute", sink_frames=3, window_frames=6))
     with pytest.raises(FastARError, match="needs sampler mode 'chunk'"):
         rollout(model, mode="rolling", cache=spec)
+
+
+@pytest.mark.parametrize("policy", ["window", "tempcache"])
+@pytest.mark.parametrize("switch", [3, 6, 12, 15])
+def test_recache_from_frame_zero_re_encodes_the_sink(policy, switch):
+    """LongLive's recache of a switch within its first window (local_attn_size 12) starts at frame 0 with its
+    sink protection off, so the sink takes the new prompt too; a later one keeps the sink and re-encodes the
+    last 12 frames after it, a window only the 9 it holds besides the sink."""
+    first = 0 if switch <= 12 else {"window": switch - 9, "tempcache": switch - 12}[policy]
+    spec = CacheSpec(policy=policy, sink_frames=3, window_frames=12)
+    model = tiny_model()
+    sampler = ARSampler(CausalRunner(model))
+    passes, built = [], []
+    original = sampler.build_cache
+
+    def spy(*args):
+        cache = original(*args)
+        prepare, rewind = cache.prepare_commit, cache.rewind
+        cache.prepare_commit = lambda start, n: (passes.append((start, n)), prepare(start, n))[1]
+        cache.rewind = lambda frame: (passes.append(("rewind", frame)), rewind(frame))[1]
+        built.append(cache)
+        return cache
+
+    sampler.build_cache = spy
+    a, b = tiny_context(seed=1), tiny_context(seed=2)
+    prompts = PromptSchedule([PromptSegment(0, a), PromptSegment(switch, b, recache_frames=12)])
+    cfg = RolloutConfig(num_frames=switch + 6, latent_height=4, latent_width=4, cache=spec)
+    sampler.generate(prompts, cfg)
+    at = passes.index(("rewind", first))
+    assert passes[at + 1] == (first, switch - first), passes
+    assert passes[at - 1] == (switch - 3, 3) and passes[at + 2] == (switch, 3)  # between the chunks' own passes
+
+
+def test_window_commit_of_more_frames_than_it_holds_keeps_the_sink_and_the_newest():
+    """A recache from frame 0 writes 12 frames into a window that holds 9 (sink 3 + 6 recent): the sink frames
+    and the newest 6 stay, each at its own slot's keys and position."""
+    spec = CacheSpec(policy="window", sink_frames=3, window_frames=12)
+    shape = CacheShape(num_layers=1, batch=1, num_heads=1, head_dim=4, grid_hw=(1, 1), frames_per_block=3)
+    cache = spec.build(shape, total_frames=30)
+    k = torch.arange(12.0)[None, None, :, None].expand(1, 1, 12, 4)  # key value = frame index
+    cache.prepare_commit(0, 12)
+    cache.commit(0, k, k)
+    cache.finish_commit()
+    view = cache.view(0, 12, 3)
+    assert view.k[0, 0, :, 0].tolist() == [0, 1, 2, 6, 7, 8, 9, 10, 11]
+    assert view.positions[0, :, 0].tolist() == [0, 1, 2, 6, 7, 8, 9, 10, 11]
+    assert view.n_sink == 3
+    cache.rewind(6)  # a later rewind keeps the sink
+    assert cache.view(0, 6, 3).k[0, 0, :, 0].tolist() == [0, 1, 2]
+    cache.rewind(0)  # from frame 0 the sink goes too
+    assert cache.view(0, 0, 3) is None

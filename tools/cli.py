@@ -39,10 +39,21 @@ def _add_generate(sub):
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--lora", help="LongLive-style PEFT LoRA file merged into the weights")
+    _add_weights_entry(p)
     from .args import add_cache_arguments, add_fastar_arguments
 
     add_cache_arguments(p)
     add_fastar_arguments(p)
+
+
+def _add_weights_entry(p) -> None:
+    from ..fastar_core.checkpoint import WEIGHTS_ENTRY_CHOICES
+
+    p.add_argument("--weights-entry", default="auto", choices=list(WEIGHTS_ENTRY_CHOICES),
+                   help="which weights of a training .pt holding several (auto: the one the model's own inference "
+                        "loads, by the family the file name says: generator for LongLive and CausVid, "
+                        "generator_ema for Self-Forcing, Rolling Forcing and Causal Forcing; generator_ema when the "
+                        "name says no family)")
 
 
 def build_parser() -> OneLineParser:
@@ -51,6 +62,7 @@ def build_parser() -> OneLineParser:
     p = sub.add_parser("info", help="describe a Wan2.1 checkpoint")
     p.add_argument("checkpoint", help=".safetensors or .pt checkpoint to describe")
     p.add_argument("--json", action="store_true", help="print JSON")
+    _add_weights_entry(p)
     _add_generate(sub)
 
     p = sub.add_parser("demo", help="generate with the bundled demo model, FAST-AR against dense")
@@ -94,7 +106,7 @@ def build_parser() -> OneLineParser:
 def cmd_info(args) -> int:
     from ..fastar_core.checkpoint import load_checkpoint
 
-    ckpt = load_checkpoint(args.checkpoint, check_finite=True)
+    ckpt = load_checkpoint(args.checkpoint, check_finite=True, weights_entry=args.weights_entry)
     summary = ckpt.summary()
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -109,7 +121,8 @@ def cmd_info(args) -> int:
     print(f"dtype       {summary['dtype']}" + (f" (the file mixes {_dtype_counts(summary['file_dtypes'])}; "
                                                    f"loaded as {summary['dtype']})" if ckpt.mixed_dtypes else ""))
     print(f"parameters  {summary['parameters']:,}")
-    print(f"weights     from '{summary['container']}', prefix stripped: {summary['prefix_stripped']}")
+    print(f"weights     from '{summary['container']}' ({summary['weights_choice']}), "
+          f"prefix stripped: {summary['prefix_stripped']}")
     if summary["causal_ar_marker"] is not None:
         print(f"metadata    causal_ar = {summary['causal_ar_marker']}")
     return 0

@@ -72,7 +72,7 @@ def _run(args, inputs, device, parallel) -> int:
     from .args import settings_from_arguments
 
     is_main = parallel is None or parallel.rank == 0
-    ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora)
+    ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora, weights_entry=args.weights_entry)
     cfg = ckpt.config
     checks.fill_model_size(args, cfg)
     checks.check_against_model(args, inputs, cfg)

@@ -100,7 +100,8 @@ class KVCache(ABC):
 
     @abstractmethod
     def rewind(self, frame: int) -> None:
-        """Forget entries of frames >= ``frame`` (sink frames excepted), before they are re-encoded."""
+        """Forget entries of frames >= ``frame`` before they are re-encoded: sink frames excepted, unless ``frame``
+        is 0 (a re-encode from the first frame replaces the sink too, as LongLive's recache does)."""
 
     # -- accounting ------------------------------------------------------------------------------------------
     @abstractmethod

@@ -90,14 +90,17 @@ class DenseKVCache(KVCache):
         frames = range(frame_start, frame_start + num_frames)
         room = self.capacity_frames - sum(1 for f in self.slot_frame[layer] if 0 <= f < self.sink_frames
                                           and f not in frames)
+        positions = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], device=self.device)
+        kept = list(frames)
         if num_frames > room:
-            # More frames than the cache holds (a recache re-encodes a whole window in one pass): the newest stay.
-            drop = num_frames - room
-            tpf = self.tokens_per_frame
-            frame_start, num_frames = frame_start + drop, room
-            k, v = k[:, :, drop * tpf:], v[:, :, drop * tpf:]
+            # More frames than the cache holds (a recache re-encodes a whole window in one pass): the sink frames
+            # among them (a recache from frame 0 re-encodes the sink too) and the newest stay.
+            sink_here = [f for f in frames if f < self.sink_frames]
+            kept = sink_here + kept[num_frames - max(0, room - len(sink_here)):]
+            tok = self._token_index([f - frame_start for f in kept])
+            k, v, positions = k.index_select(2, tok), v.index_select(2, tok), positions[tok]
         slots: list[int] = []
-        for f in range(frame_start, frame_start + num_frames):
+        for f in kept:
             slot = self._take_slot(layer, f)
             if slot in slots:
                 raise FastARError(f"a clean pass of {num_frames} frames does not fit the {self.policy} cache of "
@@ -107,8 +110,7 @@ class DenseKVCache(KVCache):
         idx = self._token_index(slots)
         self.k[layer].index_copy_(2, idx, k.to(self.dtype))
         self.v[layer].index_copy_(2, idx, v.to(self.dtype))
-        self.positions[layer, idx] = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1],
-                                                        device=self.device)
+        self.positions[layer, idx] = positions
         self.bias[layer, idx] = 0.0
         self.high_water[layer] = max(self.high_water[layer], max(slots) + 1)
         self.versions[layer] += 1
@@ -117,10 +119,11 @@ class DenseKVCache(KVCache):
         self._pending = None
 
     def rewind(self, frame: int) -> None:
+        first = frame if frame <= 0 else max(frame, self.sink_frames)  # from frame 0, the sink goes too
         for layer in range(self.num_layers):
             self.versions[layer] += 1
             for slot, f in enumerate(self.slot_frame[layer]):
-                if f >= max(frame, self.sink_frames):
+                if f >= first:
                     self.slot_frame[layer][slot] = -1
                     self.bias[layer, self._token_index([slot])] = float("-inf")
 
@@ -137,8 +140,10 @@ class DenseKVCache(KVCache):
         )
 
     def _held(self, layer: int, lo: int, hi: int) -> list[tuple[int, int]]:
-        """(frame, slot) of the held frames in [lo, hi), oldest first."""
-        return sorted((f, s) for s, f in enumerate(self.slot_frame[layer]) if lo <= f < hi)
+        """(frame, slot) of the held frames in [lo, hi), oldest first. Empty slots (frame -1) are never held, even
+        when ``lo`` is negative: Rolling Forcing's clean pass asks for the ``attend`` frames ending with its chunk
+        before that many exist, and reads the frames so far, not zero keys."""
+        return sorted((f, s) for s, f in enumerate(self.slot_frame[layer]) if f >= 0 and lo <= f < hi)
 
     def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
         live = self._live_slots(layer)

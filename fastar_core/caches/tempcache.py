@@ -241,7 +241,8 @@ class TempCache(KVCache):
         for layer in range(self.num_layers):
             self.versions[layer] += 1
             stale = self.pos[layer][..., 0] >= frame
-            stale[:, :, : self.sink_tokens] = False
+            if frame > 0:  # a re-encode from frame 0 replaces the sink too
+                stale[:, :, : self.sink_tokens] = False
             self.count[layer].masked_fill_(stale, 0.0)
 
     # -- reading --------------------------------------------------------------------------------------------
