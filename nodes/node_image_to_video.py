@@ -35,7 +35,9 @@ class ARImageToVideo:
             "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height; must equal the sampler's height.",
                                 step=PIXEL_STEP),
             "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP + " Sizes the LATENT output.", step=4),
-            "batch_size": int_input(1, 1, 64, "Videos in the LATENT output."),
+            "batch_size": int_input(1, 1, 64, "Videos in the LATENT output: SamplerCustomAdvanced makes one per batch "
+                                              "item, all from this start image. The Long Video Sampler has its own "
+                                              "batch_size."),
         }}
 
     RETURN_TYPES = ("CONDITIONING", "LATENT")

@@ -80,19 +80,23 @@ class LongVideoSampler:
                                          "A trailing 0 is dropped: every chunk ends clean."),
                 "first_chunk_sigmas": link("SIGMAS", "Optional step list for the first chunk alone (Causal Forcing++ "
                                                      "denoises its first frame with 4 steps); replaces the preset's."),
+                "batch_size": int_input(1, 1, 64, "Videos to make, one after another (the memory of one). Video i is "
+                                                  "batch item i of the seed, as in ComfyUI's own batches: video 0 is "
+                                                  "the batch_size 1 video. A prompt or start image of batch 1 is "
+                                                  "shared; one of batch_size gives each video its own."),
             },
         }
 
     RETURN_TYPES = ("LATENT", "STRING")
     RETURN_NAMES = ("latent", "report")
-    OUTPUT_TOOLTIPS = ("Wan2.1 LATENT [1, 16, frames, height/8, width/8] for the native VAE Decode.",
+    OUTPUT_TOOLTIPS = ("Wan2.1 LATENT [batch_size, 16, frames, height/8, width/8] for the native VAE Decode.",
                        "Per-chunk speed, cache memory and FAST-AR statistics.")
     FUNCTION = "sample"
     CATEGORY = CATEGORY
 
     def sample(self, model, positive, width, height, length, frames_per_block=3, schedule="Self-Forcing 4-step",
                mode="auto", seed=0, cache_policy="auto", sink_frames=3, window_frames=12, context_noise=0.0,
-               sigmas=None, first_chunk_sigmas=None):
+               sigmas=None, first_chunk_sigmas=None, batch_size=1):
         host = get_host()
         total_frames = check_video_frames("length", length)
         latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
@@ -108,6 +112,6 @@ class LongVideoSampler:
             context_noise=context_noise,
             first_chunk_schedule=None if first_chunk_sigmas is None else first_chunk_sigmas.detach().float().cpu(),
         )
-        outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host)
+        outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host, batch=batch_size)
         latent = ar_model.latent_format.process_out(outcome.latent).to(host.intermediate_device())
         return ({"samples": latent}, outcome.report)

@@ -67,8 +67,9 @@ def sample_ar_video(model, noise, sigmas, extra_args=None, callback=None, disabl
     ar_model = resolve_model(patcher, device=noise.device)
     settings = RolloutSettings(schedule=sigmas.detach().float().cpu(), seed=int(extra_args.get("seed") or 0),
                                **{k: options[k] for k in SETTING_KEYS if k in options})
+    # One video per batch row, as core's sampler returns; row r re-noises as batch item r of the seed.
     outcome = run_rollout(ar_model, schedule, noise.shape[2], noise.shape[3], noise.shape[4], settings, host,
-                          start_noise=noise, notes=notes)
+                          start_noise=noise, notes=notes, batch=noise.shape[0])
     log.info("%s", outcome.report)
     samples = outcome.latent.to(device=noise.device, dtype=noise.dtype)
     last = float(sigmas[-1])
