@@ -170,6 +170,9 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
 
     result = results[0]
     notes = [*schedule.notes, *notes]
+    if runner.pieces.compiled:
+        notes.append(f"the blocks run under {runner.pieces.describe()}, as the MODEL's TorchCompileModel asks (the "
+                     "first chunks of a new size include compile time)")
     if batch > 1:
         times = ", ".join(f"{r.seconds:.2f} s" for r in results)
         notes.append(f"batch of {batch} videos, made one after another (video i is batch item i of seed "
