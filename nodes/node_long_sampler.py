@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from ..fastar_core.errors import FastARError
 from ..fastar_core.video_geometry import check_pixel_size, check_video_frames
 from .constants import (
@@ -17,8 +19,11 @@ from .constants import (
 from .host import get_host
 from .inputs import combo, float_input, int_input, link, seed_input
 from .model_access import check_model_input, resolve_model
-from .prompting import as_schedule, core_start_latent, with_core_start_image
+from .prompting import ARPromptSchedule, as_schedule, conditioning_entry, core_start_latent, with_core_start_image
 from .rollout import RolloutSettings, run_rollout
+from .upstream import ignored_conditioning, ignored_model_patches, ignored_shift
+
+log = logging.getLogger("FAST-AR")
 
 LENGTH_TOOLTIP = ("Video length in frames. Wan's VAE turns 4k+1 frames into k+1 latent frames, so the length must be "
                   "1, 5, 9, ..., 81, ... (81 = 21 latent frames = 5 s at 16 fps; 1001 = 62.5 s). Other values are "
@@ -104,6 +109,13 @@ class LongVideoSampler:
             raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
         check_model_input(model)
         prompts = with_core_start_image(as_schedule(positive), core_start_latent(getattr(model, "model_options", None)))
+        notes = ignored_model_patches(model)
+        if not isinstance(positive, ARPromptSchedule):  # a schedule node has read its entries already
+            notes += ignored_conditioning(conditioning_entry(positive, "positive")[1])
+        if sigmas is None:
+            notes += ignored_shift(model, SCHEDULE_PRESETS[schedule], schedule)
+        for note in notes:
+            log.warning("FAST-AR Long Video Sampler: %s", note)
         host.load_model(model)
         ar_model = resolve_model(model)
         settings = RolloutSettings(
@@ -112,6 +124,7 @@ class LongVideoSampler:
             context_noise=context_noise,
             first_chunk_schedule=None if first_chunk_sigmas is None else first_chunk_sigmas.detach().float().cpu(),
         )
-        outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host, batch=batch_size)
+        outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host, notes=notes,
+                              batch=batch_size)
         latent = ar_model.latent_format.process_out(outcome.latent).to(host.intermediate_device())
         return ({"samples": latent}, outcome.report)
