@@ -178,10 +178,10 @@ def _load(path, dtype, expect, config, lora, lora_alpha, check_finite) -> Loaded
     target, main = resolve_dtype(path, layout.dtypes, dtype)
     sd = {k: sd[old] for k, old in layout.keys.items()}
     counts = Counter(dtype_name(t.dtype) for t in sd.values())
-    if lora:
-        merge_lora(sd, lora, alpha=lora_alpha)
     cast = any(t.dtype != target for t in sd.values())
     sd = {k: v.to(target) for k, v in sd.items()}
+    if lora:  # after the cast: the merged weight is rounded once, to the dtype the model runs in
+        merge_lora(sd, lora, alpha=lora_alpha)
     if check_finite:
         _check_finite(path, sd, cast)
     return LoadedCheckpoint(

@@ -73,8 +73,9 @@ def initial_latents(model: ARModel, schedule: ARPromptSchedule, latent_h: int, l
 
 def batch_rows(name: str, tensor: torch.Tensor, batch: int) -> None:
     if tensor.shape[0] not in (1, batch):
-        raise FastARError(f"{name} has a batch of {tensor.shape[0]} but the sampler makes {batch} video(s); give it a "
-                          f"batch of 1 (shared by every video) or {batch} (one per video)")
+        raise FastARError(f"{name} has a batch of {tensor.shape[0]} but the sampler makes {batch} video(s): make "
+                          f"{tensor.shape[0]} (the Long Video Sampler's batch_size, or the LATENT's batch), or give it "
+                          "a batch of 1, shared by every video")
 
 
 def item_of(tensor: torch.Tensor | None, r: int) -> torch.Tensor | None:

@@ -142,3 +142,19 @@ def test_the_loader_merges_a_comfyui_format_lora_from_the_loras_menu(standalone_
     weight = loaded.model.diffusion_model.blocks[0].self_attn.q.weight
     assert torch.allclose(weight, expected(sd, lora, ALPHA / RANK)["blocks.0.self_attn.q.weight"], atol=1e-5)
     assert "kohya.safetensors" in info
+
+
+def test_the_merge_is_rounded_once_to_the_dtype_the_model_runs_in(tmp_path):
+    """A bf16 file loaded as fp32 gets fp32(W) + delta, as ComfyUI's LoRA patch of the loaded model gives, not the
+    merge rounded to bf16 on the way."""
+    from comfyui_fastar.fastar_core.checkpoint import load_checkpoint
+
+    model = random_wan(TINY, seed=0)
+    save_checkpoint(model, tmp_path / "tiny_bf16.safetensors", dtype=torch.bfloat16)
+    sd = {k: v.to(torch.bfloat16).float() for k, v in model.state_dict().items()}
+    lora = {t: (up * 0.1, down * 0.1) for t, (up, down) in pairs(sd).items()}
+    path = lora_file(tmp_path, "kohya", lora)
+    ckpt = load_checkpoint(tmp_path / "tiny_bf16.safetensors", dtype="fp32", lora=path)
+    want = expected(sd, lora, ALPHA / RANK)["blocks.0.self_attn.q.weight"]
+    assert ckpt.state_dict["blocks.0.self_attn.q.weight"].dtype == torch.float32
+    assert torch.allclose(ckpt.state_dict["blocks.0.self_attn.q.weight"], want, atol=1e-6, rtol=0)
