@@ -13,7 +13,6 @@ header is checked before a tensor is read), and every failure, foreseen or not, 
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from . import lora as lora_file
 from .checkpoint_files import one_line, read_raw
 from .checkpoint_layout import (  # noqa: F401 - KNOWN_PREFIXES, DTYPES and expected_shapes are part of this API
     DTYPES,
@@ -244,10 +244,10 @@ def _load(path, dtype, expect, config, lora, lora_alpha, check_finite, weights_e
     target, main = resolve_dtype(path, layout.dtypes, dtype)
     sd = {k: sd[old] for k, old in layout.keys.items()}
     counts = Counter(dtype_name(t.dtype) for t in sd.values())
-    if lora:
-        merge_lora(sd, lora, alpha=lora_alpha)
     cast = any(t.dtype != target for t in sd.values())
     sd = {k: v.to(target) for k, v in sd.items()}
+    if lora:  # after the cast: the merged weight is rounded once, to the dtype the model runs in
+        merge_lora(sd, lora, alpha=lora_alpha)
     if check_finite:
         _check_finite(path, sd, cast)
     return LoadedCheckpoint(
@@ -273,64 +273,12 @@ def load_wan_model(path, dtype=None, device="cpu", lora=None, **kw) -> tuple[Wan
     return build_model(ckpt, device=device), ckpt
 
 
-_LORA_KEY = re.compile(r"^(?P<target>.+?)\.lora_(?P<which>[AB])(?:\.[^.]+)?\.weight$")
-
-
 def merge_lora(sd: dict, lora_path, alpha: float | None = None) -> int:
-    """Merge a PEFT LoRA (``<module>.lora_A.weight`` / ``lora_B.weight``) into ``sd`` in place.
-
-    LongLive's ``lora.pt`` holds rank/alpha 256 adapters on every Linear of each block, possibly under a
-    ``generator_lora`` entry and a ``base_model.model.`` prefix. Returns the number of merged layers.
-    """
+    """Merge a LoRA file into ``sd`` in place (the formats ComfyUI reads for Wan, LongLive's PEFT file among them;
+    see ``lora.py``). Returns the number of modules changed."""
     lora_path = Path(lora_path)
     with checkpoint_errors(lora_path):
-        return _merge_lora(sd, lora_path, alpha)
-
-
-def _merge_lora(sd: dict, lora_path: Path, alpha) -> int:
-    raw, _ = read_raw(lora_path)
-    if isinstance(raw, dict):
-        for key in ("generator_lora", "lora", "state_dict"):
-            if isinstance(raw.get(key), dict):
-                raw = raw[key]
-                break
-    if not isinstance(raw, dict):
-        raise CheckpointError(lora_path, f"expected a dict of LoRA tensors, found {type(raw).__name__}")
-    pairs: dict = {}
-    for key, tensor in raw.items():
-        if not isinstance(key, str) or not isinstance(tensor, torch.Tensor):
-            continue
-        k = key
-        for prefix in ("base_model.model.", *KNOWN_PREFIXES):
-            if k.startswith(prefix):
-                k = k[len(prefix):]
-        m = _LORA_KEY.match(k)
-        if m is None:
-            continue
-        pairs.setdefault(m["target"], {})[m["which"]] = tensor
-    if not pairs:
-        raise CheckpointError(lora_path, "no LoRA pairs found (expected keys like blocks.0.self_attn.q.lora_A.weight)")
-    if alpha is not None and not (isinstance(alpha, (int, float)) and alpha == alpha and abs(alpha) < float("inf")):
-        raise CheckpointError(lora_path, f"LoRA alpha {alpha!r} is not a finite number")
-    for target, ab in pairs.items():
-        if set(ab) != {"A", "B"}:
-            raise CheckpointError(lora_path, f"{target} has lora_{''.join(ab)} but not both lora_A and lora_B")
-        weight_key = f"{target}.weight"
-        if weight_key not in sd:
-            raise CheckpointError(lora_path, f"LoRA targets {target}, which the base model does not have")
-        a, b = ab["A"], ab["B"]
-        if not (a.is_floating_point() and b.is_floating_point()):
-            raise CheckpointError(lora_path, f"LoRA for {target} is {dtype_name(a.dtype)}/{dtype_name(b.dtype)}; "
-                                             "expected floating point")
-        want = tuple(sd[weight_key].shape)
-        if a.ndim != 2 or b.ndim != 2 or b.shape[1] != a.shape[0] or (b.shape[0], a.shape[1]) != want:
-            raise CheckpointError(
-                lora_path, f"LoRA for {target} has A {list(a.shape)} and B {list(b.shape)}; the base weight is "
-                           f"{list(want)}, so A must be [rank, {want[1]}] and B [{want[0]}, rank]")
-        rank = a.shape[0]
-        delta = (b.float() @ a.float()) * ((alpha if alpha is not None else rank) / rank)
-        sd[weight_key] = (sd[weight_key].float() + delta).to(sd[weight_key].dtype)
-    return len(pairs)
+        return lora_file.merge_lora(sd, lora_path, alpha=alpha)
 
 
 def save_checkpoint(model: WanModel, path, dtype=torch.float16, extra_metadata: dict | None = None) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .attention import DenseAttention, PassInfo
+from .block_forward import BlockForward
 from .caches.base import KVCache
 from .errors import FastARError
 from .parallel import SequenceParallel
@@ -66,8 +67,11 @@ def sinusoidal_embedding(dim: int, position: torch.Tensor) -> torch.Tensor:
 
 class CausalRunner:
     def __init__(self, model, attention: DenseAttention | None = None, dtype: torch.dtype | None = None,
-                 device: torch.device | str | None = None, parallel: SequenceParallel | None = None):
+                 device: torch.device | str | None = None, compile_kwargs: dict | None = None,
+                 parallel: SequenceParallel | None = None):
         self.model = model
+        # The tensor code between attention calls, under torch.compile when compile settings are given.
+        self.pieces = BlockForward(compile_kwargs)
         self.geometry = read_geometry(model)
         # Sequence parallelism: this rank runs a slice of every frame's tokens and self-attends with its share
         # of the heads (parallel.py); None runs the whole forward here.
@@ -181,19 +185,10 @@ class CausalRunner:
         return self._head(tokens, e, F, gh, gw)
 
     def _block(self, i, blk, x, e0, positions, text, cache, info, commit, skip_tail=False):
-        B, N, dim = x.shape
         F = e0.shape[1]
-        mod = blk.modulation.to(device=x.device, dtype=x.dtype)[None] + e0  # [B, F, 6, dim]
-        shift1, scale1, gate1, shift2, scale2, gate2 = (m[:, :, None] for m in mod.unbind(2))
-
-        def per_frame(t):
-            return t.view(B, F, N // F, dim)
-
-        h = (per_frame(blk.norm1(x)) * (1 + scale1) + shift1).view(B, N, dim)
-        sa = blk.self_attn
-        q = self._heads(sa.norm_q(sa.q(h)))
-        k = self._heads(sa.norm_k(sa.k(h)))
-        v = self._heads(sa.v(h))
+        heads = self.geometry.num_heads
+        pieces = self.pieces
+        q, k, v, gate1, shift2, scale2, gate2 = pieces.self_attention_inputs(blk, x, e0, heads)
         sp = self.parallel
         if sp is not None:  # every token of this rank's heads
             q, k, v = (sp.heads_from_tokens(t, F) for t in (q, k, v))
@@ -205,17 +200,9 @@ class CausalRunner:
             return x
         if sp is not None:  # back to every head of this rank's tokens
             y = sp.tokens_from_heads(y, F)
-        y = sa.o(y.transpose(1, 2).reshape(B, N, dim))
-        x = x + (per_frame(y) * gate1).view(B, N, dim)
-
-        ca = blk.cross_attn
-        cq = self._heads(ca.norm_q(ca.q(blk.norm3(x))))
+        x, cq = pieces.after_self_attention(blk, x, y, gate1, heads)
         y = self.attention.cross_attention(i, cq, text.k[i], text.v[i], info)
-        x = x + ca.o(y.transpose(1, 2).reshape(B, N, dim))
-
-        h = (per_frame(blk.norm2(x)) * (1 + scale2) + shift2).view(B, N, dim)
-        y = blk.ffn(h)
-        return x + (per_frame(y) * gate2).view(B, N, dim)
+        return pieces.after_cross_attention(blk, x, y, shift2, scale2, gate2)
 
     def _head(self, x, e, F, gh, gw):
         g = self.geometry

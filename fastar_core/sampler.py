@@ -10,7 +10,9 @@ in one forward; each call finishes the oldest chunk, whose clean pass alone is c
 A cache that rebuilds itself (Krea Realtime's recompute) is refilled before every chunk by clean passes over
 the context it names, at positions 0..; the chunk then runs right after that context and is not committed.
 
-All noise comes from generators seeded per (seed, chunk, step); nothing reads the global RNG.
+All noise comes from generators seeded per (seed, chunk, step); nothing reads the global RNG. Within one
+(seed, chunk, step) the batch items are successive draws, as ComfyUI's ``prepare_noise`` draws a batch: item i's
+noise is the i-th draw whatever the batch size, so a batch item can be remade alone from its ``batch_index``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ class RolloutConfig:
     # The first generated chunk's own step list (Causal Forcing++: 4 steps for the first frame, then 1 or 2);
     # None: the schedule preset's own choice (FIRST_CHUNK_SCHEDULES), else the main schedule.
     first_chunk_schedule: DenoisingSchedule | str | None = None
+    # The batch item each row is (its draw number in every noise stream); None: rows 0..batch-1. As the
+    # ``batch_index`` of a ComfyUI LATENT: (2,) remakes item 2 of a batch alone.
+    batch_index: tuple | None = None
+
+    def draws(self) -> tuple:
+        return tuple(range(self.batch)) if self.batch_index is None else tuple(self.batch_index)
 
     def first_schedule(self, main: DenoisingSchedule) -> DenoisingSchedule:
         """The first generated chunk's schedule."""
@@ -67,6 +75,10 @@ class RolloutConfig:
             raise FastARError(f"context_noise must be in [0, 1), got {self.context_noise}")
         if self.latent_height < 1 or self.latent_width < 1:
             raise FastARError(f"latent size {self.latent_height}x{self.latent_width} is empty")
+        if self.batch_index is not None and (len(self.batch_index) != self.batch
+                                             or any(not isinstance(i, int) or i < 0 for i in self.batch_index)):
+            raise FastARError(f"batch_index {list(self.batch_index)} must hold one item number >= 0 per batch row "
+                              f"({self.batch})")
         self.cache.validate(self.frames_per_block)
         schedule = get_schedule(self.schedule)
         first = self.first_schedule(schedule)
@@ -88,19 +100,25 @@ def noise_seed(seed: int, chunk: int, step: int) -> int:
 
 @dataclass(frozen=True)
 class NoiseSource:
-    """Gaussian noise for (chunk, step) of one rollout, from its own generator: never the global RNG."""
+    """Gaussian noise for (chunk, step) of one rollout, from its own generator: never the global RNG.
+
+    ``draws`` names the batch item of each row: row r gets the ``draws[r]``-th draw of the stream, so item 1 of a
+    batch and a run of item 1 alone (``draws=(1,)``) get the same noise bit for bit."""
 
     seed: int
-    batch: int
+    draws: tuple
     channels: int
     latent_height: int
     latent_width: int
     device: torch.device
 
     def __call__(self, chunk: int, step: int, frames: int) -> torch.Tensor:
-        shape = (self.batch, self.channels, frames, self.latent_height, self.latent_width)
+        item = (1, self.channels, frames, self.latent_height, self.latent_width)
         g = torch.Generator().manual_seed(noise_seed(self.seed, chunk, step))
-        return torch.randn(shape, generator=g).to(self.device)
+        if self.draws == tuple(range(len(self.draws))):  # rows 0..B-1: one draw of the whole batch, the same values
+            return torch.randn((len(self.draws), *item[1:]), generator=g).to(self.device)
+        pieces = [torch.randn(item, generator=g) for _ in range(max(self.draws) + 1)]
+        return torch.cat([pieces[i] for i in self.draws]).to(self.device)
 
 
 @dataclass(frozen=True)
@@ -164,7 +182,7 @@ class ARSampler:
         return cfg.cache.build(shape, total_frames)
 
     def noise_source(self, cfg: RolloutConfig) -> NoiseSource:
-        return NoiseSource(cfg.seed, cfg.batch, cfg.channels, cfg.latent_height, cfg.latent_width, self.runner.device)
+        return NoiseSource(cfg.seed, cfg.draws(), cfg.channels, cfg.latent_height, cfg.latent_width, self.runner.device)
 
     def generate(
         self,

@@ -18,6 +18,9 @@ INITIAL_LATENT_KEY = "fastar_initial_latent"
 # model_options["transformer_options"]["ar_config"]["initial_latent"].
 CORE_AR_CONFIG_KEY = "ar_config"
 CORE_START_LATENT_KEY = "initial_latent"
+# Where ComfyUI's TorchCompileModel (comfy_api.torch_helpers.set_torch_compile_wrapper) keeps its torch.compile
+# settings: model_options["torch_compile_kwargs"] = {backend, options, mode, fullgraph, dynamic}.
+TORCH_COMPILE_KWARGS_KEY = "torch_compile_kwargs"
 # Key in model_options["transformer_options"] that carries the FAST-AR config as a plain dict.
 FASTAR_OPTIONS_KEY = "fastar"
 

@@ -18,6 +18,7 @@ import torch
 from ..fastar_core.errors import FastARError, GenerationCancelled
 from .constants import CORE_AR_CONFIG_KEY, CORE_START_LATENT_KEY
 from .standalone import StandaloneHost
+from .upstream import LOADER_SHIFT_ATTR
 
 _standalone: StandaloneHost | None = None
 _comfy: ComfyHost | None = None
@@ -222,6 +223,7 @@ class ComfyHost:
 
         sampling = ModelSamplingAR(patcher.model.model_config)
         sampling.set_parameters(shift=shift, multiplier=1000)
+        setattr(sampling, LOADER_SHIFT_ATTR, shift)  # so a later ModelSamplingSD3 is told apart in the report
         patcher.add_object_patch("model_sampling", sampling)
 
     def ksampler(self, sampler_function, extra_options: dict):

@@ -3,7 +3,8 @@
 The engine's ``CausalRunner`` calls the Wan submodules directly, so it works on ComfyUI's own ``WanModel``:
 LoRA and other weight patches (applied when ComfyUI loads the model), fp8 manual casting and offloading stay
 ComfyUI's business. Patches that wrap the whole forward (attention overrides, block replacements, caches of
-other packs) do not apply to our forward.
+other packs) do not apply to our forward; ``upstream.py`` names them in the run's report. ComfyUI's
+TorchCompileModel setting does apply: the runner compiles its own block pieces with the same settings.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from ..fastar_core.engine import EngineSettings, resolve_settings
 from ..fastar_core.errors import FastARError
 from ..fastar_core.runner import CausalRunner
-from .constants import FASTAR_OPTIONS_KEY
+from .constants import FASTAR_OPTIONS_KEY, TORCH_COMPILE_KWARGS_KEY
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class ARModel:
     dtype: torch.dtype  # the dtype activations run in
     device: torch.device
     fastar: FastARChoice
+    compile_kwargs: dict | None = None  # TorchCompileModel's settings on the MODEL, if any
 
     @property
     def num_layers(self) -> int:
@@ -67,7 +69,8 @@ class ARModel:
     def runner(self) -> CausalRunner:
         # With partial loading some weights stay offloaded (ComfyUI casts them per call), so the device of the
         # first weight is not where activations belong: use the patcher's load device.
-        return CausalRunner(self.diffusion_model, dtype=self.dtype, device=self.device)
+        return CausalRunner(self.diffusion_model, dtype=self.dtype, device=self.device,
+                            compile_kwargs=self.compile_kwargs)
 
 
 def diffusion_model_of(patcher):
@@ -115,6 +118,18 @@ def fastar_choice_of(patcher) -> FastARChoice:
     return FastARChoice.from_dict(stored)
 
 
+def compile_kwargs_of(patcher) -> dict | None:
+    """The torch.compile settings ComfyUI's TorchCompileModel stored on the MODEL (0.3.x and 0.2x alike), or None."""
+    options = getattr(patcher, "model_options", {}) or {}
+    stored = options.get(TORCH_COMPILE_KWARGS_KEY)
+    if stored is None:
+        return None
+    if not isinstance(stored, dict):
+        raise FastARError(f"the MODEL's model_options['{TORCH_COMPILE_KWARGS_KEY}'] is {type(stored).__name__}, not "
+                          "the dict of torch.compile settings TorchCompileModel stores")
+    return dict(stored)
+
+
 def check_model_input(patcher) -> None:
     """The MODEL input is a Wan2.1 T2V model: checked before it is loaded to the device, so a wrong model costs
     no transfer (and no out-of-memory) before its message."""
@@ -134,4 +149,5 @@ def resolve_model(patcher, device=None) -> ARModel:
         dtype=compute_dtype(patcher),
         device=torch.device(device or load_device or dm.patch_embedding.weight.device),
         fastar=fastar_choice_of(patcher),
+        compile_kwargs=compile_kwargs_of(patcher),
     )

@@ -6,6 +6,8 @@ latent is written to the KV cache before the first chunk (the engine's ``initial
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from ..fastar_core.errors import FastARError
@@ -15,6 +17,8 @@ from .host import get_host
 from .inputs import int_input, link
 from .node_long_sampler import LENGTH_TOOLTIP
 from .prompting import conditioning_entry, with_initial_latent
+
+log = logging.getLogger("FAST-AR")
 
 
 class ARImageToVideo:
@@ -35,7 +39,9 @@ class ARImageToVideo:
             "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height; must equal the sampler's height.",
                                 step=PIXEL_STEP),
             "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP + " Sizes the LATENT output.", step=4),
-            "batch_size": int_input(1, 1, 64, "Videos in the LATENT output."),
+            "batch_size": int_input(1, 1, 64, "Videos in the LATENT output: SamplerCustomAdvanced makes one per batch "
+                                              "item, all from this start image. The Long Video Sampler has its own "
+                                              "batch_size."),
         }}
 
     RETURN_TYPES = ("CONDITIONING", "LATENT")
@@ -53,6 +59,9 @@ class ARImageToVideo:
         latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
         if not torch.is_tensor(start_image) or start_image.ndim != 4:
             raise FastARError("start_image is not an IMAGE [batch, height, width, channels]")
+        if start_image.shape[0] > 1:
+            log.warning("FAST-AR AR Image to Video: start_image holds %d images; the first is the start of every "
+                        "video", start_image.shape[0])
         image = host.resize_image(start_image[:1, :, :, :3].float(), width, height)
         latent = vae.encode(image)
         if latent.ndim == 4:

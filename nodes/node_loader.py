@@ -33,10 +33,10 @@ class LoadARVideoModel:
     DESCRIPTION = ("Loads a Wan2.1 autoregressive checkpoint (Self-Forcing, CausVid, Rolling Forcing, LongLive, Krea, "
                    "Causal Forcing; .safetensors or .pt) from models/diffusion_models: picks the weights the model's "
                    "own inference loads (generator or generator_ema), strips training prefixes, optionally merges "
-                   "a LongLive LoRA, and builds a native MODEL with ComfyUI's own loader, so LoRA loaders, "
-                   "model-sampling and compile nodes keep working on it (compile nodes speed up ComfyUI's own "
-                   "samplers only). Where ComfyUI has its own causal Wan model (0.21+), that is the class built, so "
-                   "core's Sampler AR Video runs on it too.")
+                   "a LoRA, and builds a native MODEL with ComfyUI's own loader, so LoRA loaders, model-sampling and "
+                   "compile nodes keep working on it (the pack's samplers compile their blocks when TorchCompileModel "
+                   "asks). Where ComfyUI has its own causal Wan model (0.21+), that is the class built, so core's "
+                   "Sampler AR Video runs on it too.")
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -50,8 +50,10 @@ class LoadARVideoModel:
                                   "Weight dtype. 'default' lets ComfyUI choose for your device (bf16/fp16 on GPUs, "
                                   "fp32 on CPU); fp8 halves memory at a small quality cost."),
             "lora_name": combo([NO_LORA, *host.list_files("loras")],
-                               "Optional LongLive LoRA (models/loras/lora.pt), merged into the weights at "
-                               "alpha/rank as LongLive trains it. 'none' for every other model."),
+                               "Optional LoRA from models/loras, merged into the weights at alpha/rank (1 without "
+                               "alpha), as ComfyUI's LoRA loader merges it: LongLive's lora.pt and ComfyUI's Wan "
+                               "formats (lora_unet_..., diffusion_model....lora_up/lora_down, .lora_A/.lora_B, "
+                               ".diff). LoHa, LoKr and DoRA files are refused."),
             "shift": float_input(5.0, 0.0, 100.0,
                                  "Flow shift that ComfyUI's own schedulers (BasicScheduler) use with this MODEL: 5 "
                                  "gives the Self-Forcing family's 4-step sigmas with 4 'simple' steps. The Long Video "

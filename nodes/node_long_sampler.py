@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from ..fastar_core.errors import FastARError
 from ..fastar_core.video_geometry import check_pixel_size, check_video_frames
 from .constants import (
@@ -17,8 +19,11 @@ from .constants import (
 from .host import get_host
 from .inputs import combo, float_input, int_input, link, seed_input
 from .model_access import check_model_input, resolve_model
-from .prompting import as_schedule, core_start_latent, with_core_start_image
+from .prompting import ARPromptSchedule, as_schedule, conditioning_entry, core_start_latent, with_core_start_image
 from .rollout import RolloutSettings, run_rollout
+from .upstream import ignored_conditioning, ignored_model_patches, ignored_shift
+
+log = logging.getLogger("FAST-AR")
 
 LENGTH_TOOLTIP = ("Video length in frames. Wan's VAE turns 4k+1 frames into k+1 latent frames, so the length must be "
                   "1, 5, 9, ..., 81, ... (81 = 21 latent frames = 5 s at 16 fps; 1001 = 62.5 s). Other values are "
@@ -80,19 +85,23 @@ class LongVideoSampler:
                                          "A trailing 0 is dropped: every chunk ends clean."),
                 "first_chunk_sigmas": link("SIGMAS", "Optional step list for the first chunk alone (Causal Forcing++ "
                                                      "denoises its first frame with 4 steps); replaces the preset's."),
+                "batch_size": int_input(1, 1, 64, "Videos to make, one after another (the memory of one). Video i is "
+                                                  "batch item i of the seed, as in ComfyUI's own batches: video 0 is "
+                                                  "the batch_size 1 video. A prompt or start image of batch 1 is "
+                                                  "shared; one of batch_size gives each video its own."),
             },
         }
 
     RETURN_TYPES = ("LATENT", "STRING")
     RETURN_NAMES = ("latent", "report")
-    OUTPUT_TOOLTIPS = ("Wan2.1 LATENT [1, 16, frames, height/8, width/8] for the native VAE Decode.",
+    OUTPUT_TOOLTIPS = ("Wan2.1 LATENT [batch_size, 16, frames, height/8, width/8] for the native VAE Decode.",
                        "Per-chunk speed, cache memory and FAST-AR statistics.")
     FUNCTION = "sample"
     CATEGORY = CATEGORY
 
     def sample(self, model, positive, width, height, length, frames_per_block=3, schedule="Self-Forcing 4-step",
                mode="auto", seed=0, cache_policy="auto", sink_frames=3, window_frames=12, context_noise=0.0,
-               sigmas=None, first_chunk_sigmas=None):
+               sigmas=None, first_chunk_sigmas=None, batch_size=1):
         host = get_host()
         total_frames = check_video_frames("length", length)
         latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
@@ -100,6 +109,13 @@ class LongVideoSampler:
             raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
         check_model_input(model)
         prompts = with_core_start_image(as_schedule(positive), core_start_latent(getattr(model, "model_options", None)))
+        notes = ignored_model_patches(model)
+        if not isinstance(positive, ARPromptSchedule):  # a schedule node has read its entries already
+            notes += ignored_conditioning(conditioning_entry(positive, "positive")[1])
+        if sigmas is None:
+            notes += ignored_shift(model, SCHEDULE_PRESETS[schedule], schedule)
+        for note in notes:
+            log.warning("FAST-AR Long Video Sampler: %s", note)
         host.load_model(model)
         ar_model = resolve_model(model)
         settings = RolloutSettings(
@@ -108,6 +124,7 @@ class LongVideoSampler:
             context_noise=context_noise,
             first_chunk_schedule=None if first_chunk_sigmas is None else first_chunk_sigmas.detach().float().cpu(),
         )
-        outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host)
+        outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host, notes=notes,
+                              batch=batch_size)
         latent = ar_model.latent_format.process_out(outcome.latent).to(host.intermediate_device())
         return ({"samples": latent}, outcome.report)

@@ -20,6 +20,7 @@ from .inputs import combo, float_input, int_input, link
 from .model_access import resolve_model
 from .prompting import ARPromptSchedule, ScheduledPrompt, core_start_latent, with_core_start_image
 from .rollout import RolloutSettings, run_rollout
+from .upstream import ignored_conditioning, ignored_model_patches
 
 log = logging.getLogger("FAST-AR")
 SETTING_KEYS = ("frames_per_block", "mode", "cache_policy", "sink_frames", "window_frames", "context_noise")
@@ -61,14 +62,24 @@ def sample_ar_video(model, noise, sigmas, extra_args=None, callback=None, disabl
         raise FastARError(f"the latent has shape {list(noise.shape)}; a video latent [B, 16, frames, h, w] is needed "
                           "(EmptyHunyuanLatentVideo or AR Image to Video)")
     schedule, notes = schedule_from_guider(guider, options)
+    upstream = ignored_model_patches(patcher)
+    positive = (getattr(guider, "conds", None) or {}).get("positive") or []
+    if positive and "prompt_schedule" not in options:
+        upstream += ignored_conditioning(positive[0])
+    if extra_args.get("denoise_mask") is not None:
+        upstream.append("the LATENT's noise_mask is ignored: the AR sampler generates every frame")
+    for note in upstream:
+        log.warning("FAST-AR AR Video Sampler: %s", note)
+    notes += upstream
     # A start image from core's ARVideoI2V sits in the MODEL's options (core's sampler reads the sampling copy).
     schedule = with_core_start_image(schedule, core_start_latent(extra_args.get("model_options"),
                                                                  getattr(patcher, "model_options", None)))
     ar_model = resolve_model(patcher, device=noise.device)
     settings = RolloutSettings(schedule=sigmas.detach().float().cpu(), seed=int(extra_args.get("seed") or 0),
                                **{k: options[k] for k in SETTING_KEYS if k in options})
+    # One video per batch row, as core's sampler returns; row r re-noises as batch item r of the seed.
     outcome = run_rollout(ar_model, schedule, noise.shape[2], noise.shape[3], noise.shape[4], settings, host,
-                          start_noise=noise, notes=notes)
+                          start_noise=noise, notes=notes, batch=noise.shape[0])
     log.info("%s", outcome.report)
     samples = outcome.latent.to(device=noise.device, dtype=noise.dtype)
     last = float(sigmas[-1])

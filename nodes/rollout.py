@@ -7,7 +7,7 @@ convert at the edges.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -17,7 +17,7 @@ from ..fastar_core.sampler import RolloutConfig, RolloutResult, plan_rollout
 from ..fastar_core.schedule import get_schedule
 from ..fastar_core.video_geometry import pixel_size
 from .model_access import ARModel
-from .prompting import ARPromptSchedule
+from .prompting import ARPromptSchedule, ScheduledPrompt
 from .report import build_report
 
 log = logging.getLogger("FAST-AR")
@@ -71,39 +71,73 @@ def initial_latents(model: ARModel, schedule: ARPromptSchedule, latent_h: int, l
     return model.latent_format.process_in(raw.float())
 
 
+def batch_rows(name: str, tensor: torch.Tensor, batch: int) -> None:
+    if tensor.shape[0] not in (1, batch):
+        raise FastARError(f"{name} has a batch of {tensor.shape[0]} but the sampler makes {batch} video(s): make "
+                          f"{tensor.shape[0]} (the Long Video Sampler's batch_size, or the LATENT's batch), or give it "
+                          "a batch of 1, shared by every video")
+
+
+def item_of(tensor: torch.Tensor | None, r: int) -> torch.Tensor | None:
+    """Row ``r`` of a per-video tensor, or its only row when it is shared by the whole batch."""
+    if tensor is None:
+        return None
+    return tensor[r:r + 1] if tensor.shape[0] > 1 else tensor[:1]
+
+
+def item_schedule(schedule: ARPromptSchedule, r: int) -> ARPromptSchedule:
+    prompts = [ScheduledPrompt(p.start_frame, item_of(p.context, r), p.recache_frames, p.label)
+               for p in schedule.prompts]
+    return ARPromptSchedule(prompts, item_of(schedule.initial_latent, r), list(schedule.notes))
+
+
 def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, latent_h: int, latent_w: int,
                 settings: RolloutSettings, host, start_noise: torch.Tensor | None = None,
-                notes=()) -> RolloutOutcome:
+                notes=(), batch: int = 1, batch_index=None) -> RolloutOutcome:
+    """``batch`` videos, one after another (a video's memory, not a batch's); video r takes row r of the prompt,
+    start image and start noise (or their only row) and is batch item ``batch_index[r]`` (default r) of every
+    noise stream, so it equals that item made alone bit for bit."""
+    if batch < 1:
+        raise FastARError(f"batch_size must be at least 1, got {batch}")
+    items = tuple(range(batch)) if batch_index is None else tuple(int(i) for i in batch_index)
+    if len(items) != batch:
+        raise FastARError(f"batch_index {list(items)} must name one batch item per video ({batch})")
+    for p in schedule.prompts:
+        batch_rows(f"the conditioning of {p.label}" if p.label else "the conditioning", p.context, batch)
+    if schedule.initial_latent is not None:
+        batch_rows("the start image latent", schedule.initial_latent, batch)
+    if start_noise is not None:
+        batch_rows("the initial noise", start_noise, batch)
+        if start_noise.shape[0] != batch:
+            start_noise = start_noise.expand(batch, *start_noise.shape[1:])
     sched = get_schedule(settings.schedule)
     mode = resolve_mode(settings, sched.name)
-    init = initial_latents(model, schedule, latent_h, latent_w)
-    n_init = 0 if init is None else init.shape[2]
+    first = item_schedule(schedule, 0)
+    n_init = 0 if first.initial_latent is None else initial_latents(model, first, latent_h, latent_w).shape[2]
     generated = total_frames - n_init
     if generated < 1:
         raise FastARError(f"the video has {total_frames} latent frames and the start image fills {n_init}; "
                           "raise 'length' so that at least one frame is generated")
-    prompts = schedule.to_engine()
-    batch = prompts.segments[0].context.shape[0]
-    if init is not None and init.shape[0] != batch:
-        init = init[:1].expand(batch, -1, -1, -1, -1)
 
     engine = resolve_settings_for(model, settings)
     runner = model.runner()
     sampler = build_sampler(runner, engine.fastar)
     cfg = RolloutConfig(num_frames=generated, latent_height=latent_h, latent_width=latent_w,
                         frames_per_block=settings.frames_per_block, schedule=sched, seed=settings.seed,
-                        cache=engine.cache, context_noise=settings.context_noise, mode=mode, batch=batch, channels=16,
+                        cache=engine.cache, context_noise=settings.context_noise, mode=mode, batch=1, channels=16,
                         first_chunk_schedule=settings.first_chunk_schedule)
 
     plan = plan_rollout(cfg, sched, n_init)
     n_chunks = len(plan.chunks)
-    bar = host.progress(plan.total_forwards)
+    per_video = plan.total_forwards
+    bar = host.progress(per_video * batch)
     preview = host.previewer(model.patcher)
     done = [0]
+    offset = [0]
 
     def on_step(steps_done, steps_total):
-        done[0] = steps_done
-        bar.update_absolute(steps_done, steps_total)
+        done[0] = offset[0] + steps_done
+        bar.update_absolute(done[0], per_video * batch)
 
     def on_chunk(report):
         nonlocal preview
@@ -116,21 +150,38 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
             preview, image = None, None
         bar.update_absolute(done[0], None, image)
 
-    log.info("FAST-AR: sampling %d latent frames in %d chunks, cache %s", generated, n_chunks,
+    log.info("FAST-AR: sampling %d video(s) of %d latent frames in %d chunks, cache %s", batch, generated, n_chunks,
              engine.cache.describe())
+    results = []
     try:
-        result = sampler.generate(prompts, cfg, initial_latents=init, callback=on_chunk, cancel=host.interrupted,
-                                  step_callback=on_step, output_device=host.intermediate_device(),
-                                  initial_noise=start_noise)
+        for r in range(batch):
+            offset[0] = r * per_video
+            item = item_schedule(schedule, r)
+            item_cfg = replace(cfg, batch_index=(items[r],))
+            init = initial_latents(model, item, latent_h, latent_w)
+            results.append(sampler.generate(item.to_engine(), item_cfg, initial_latents=init, callback=on_chunk,
+                                            cancel=host.interrupted, step_callback=on_step,
+                                            output_device=host.intermediate_device(),
+                                            initial_noise=item_of(start_noise, r)))
     except GenerationCancelled:
         host.raise_interrupted()
         raise
     finally:
         host.soft_empty_cache()
 
+    result = results[0]
+    notes = [*schedule.notes, *notes]
+    if runner.pieces.compiled:
+        notes.append(f"the blocks run under {runner.pieces.describe()}, as the MODEL's TorchCompileModel asks (the "
+                     "first chunks of a new size include compile time)")
+    if batch > 1:
+        times = ", ".join(f"{r.seconds:.2f} s" for r in results)
+        notes.append(f"batch of {batch} videos, made one after another (video i is batch item i of seed "
+                     f"{settings.seed}; the table shows the first): {times}")
     sigmas = ", ".join(f"{s:.4g}" for s in sched.sigmas)
     report = build_report(model=model, result=result, settings=settings, engine=engine, mode=mode,
                           n_init=n_init, width=pixel_size(latent_w), height=pixel_size(latent_h),
                           schedule_text=f"{sched.name} ({sched.num_steps} steps: {sigmas})",
-                          prompts=schedule.describe(), notes=[*schedule.notes, *notes])
-    return RolloutOutcome(result.latent, result, report)
+                          prompts=schedule.describe(), notes=notes)
+    latent = torch.cat([r.latent for r in results]) if batch > 1 else result.latent
+    return RolloutOutcome(latent, result, report)

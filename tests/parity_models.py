@@ -112,7 +112,8 @@ def build_case(shape: Shape, folder) -> Case:
     g = torch.Generator().manual_seed(shape.seed + 77)
     ema = {k: v * (1 + EMA_PERTURBATION * torch.randn(v.shape, generator=g)) for k, v in plain.items()}
     first = folder / "tiny_ar.pt"
-    torch.save({"generator": plain, "generator_ema": ema}, first)
+    # A config entry, as a .pt of a size no released family has must carry (the references never read it).
+    torch.save({"generator": plain, "generator_ema": ema, "fastar_config": shape.cfg.to_dict()}, first)
     case = Case(shape)
     for name, file in FAMILY_FILES.items():
         case.files[name] = folder / file

@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
 from comfyui_fastar.tools.cli import main
 
-from helpers import tiny_model
+from helpers import TINY, tiny_model
 
 
 @pytest.fixture()
@@ -33,7 +33,7 @@ def test_info_says_which_weights_entry_it_takes_and_follows_the_override(tmp_pat
     ema, plain = tiny_model(1).state_dict(), tiny_model(2).state_dict()
     path = tmp_path / "longlive_base.pt"
     torch.save({"generator": {"model." + k: v for k, v in plain.items()},
-                "generator_ema": {"model." + k: v for k, v in ema.items()}}, path)
+                "generator_ema": {"model." + k: v for k, v in ema.items()}, "fastar_config": TINY.to_dict()}, path)
     assert main(["info", str(path)]) == 0
     out = capsys.readouterr().out
     assert "from 'generator' (auto: longlive loads generator (its inference configs set use_ema: false))" in out

@@ -308,3 +308,26 @@ def test_window_commit_of_more_frames_than_it_holds_keeps_the_sink_and_the_newes
     assert cache.view(0, 6, 3).k[0, 0, :, 0].tolist() == [0, 1, 2]
     cache.rewind(0)  # from frame 0 the sink goes too
     assert cache.view(0, 0, 3) is None
+
+
+def test_batch_items_are_successive_draws_and_can_be_remade_alone():
+    """As ComfyUI's prepare_noise: item i of a batch is the i-th draw of each stream, whatever the batch size, so
+    batch_index (i,) gives item i's noise alone; the batched engine's rows are the same items."""
+    runner = CausalRunner(tiny_model())
+    both = RolloutConfig(num_frames=6, latent_height=4, latent_width=4, seed=5, batch=2)
+    draws = ARSampler(runner).noise_source(both)(1, 2, 3)
+    for i in (0, 1):
+        alone = RolloutConfig(num_frames=6, latent_height=4, latent_width=4, seed=5, batch_index=(i,))
+        assert torch.equal(ARSampler(runner).noise_source(alone)(1, 2, 3), draws[i:i + 1])
+    g = torch.Generator().manual_seed(noise_seed(5, 1, 2))
+    sequential = torch.cat([torch.randn(1, 16, 3, 4, 4, generator=g) for _ in range(2)])
+    assert torch.equal(draws, sequential), "one batch draw equals successive per-item draws"
+    swapped = RolloutConfig(num_frames=6, latent_height=4, latent_width=4, seed=5, batch=2, batch_index=(1, 0))
+    assert torch.equal(ARSampler(runner).noise_source(swapped)(1, 2, 3), draws.flip(0))
+    batched = ARSampler(runner).generate(tiny_context().expand(2, -1, -1), both).latent
+    second = ARSampler(runner).generate(tiny_context(), RolloutConfig(num_frames=6, latent_height=4, latent_width=4,
+                                                                      seed=5, batch_index=(1,))).latent
+    assert torch.allclose(batched[1:], second, atol=1e-5) and not torch.allclose(batched[:1], second, atol=1e-3)
+    with pytest.raises(FastARError, match="batch_index"):
+        ARSampler(runner).generate(tiny_context(), RolloutConfig(num_frames=6, latent_height=4, latent_width=4,
+                                                                 batch_index=(0, 1)))

@@ -133,8 +133,35 @@ def widget_value(node, inputs, wanted):
     return None
 
 
+# The editor's missing-model dialog downloads only .safetensors/.sft on 1.27.10 (1.45.20 also takes .pt/.pth/.ckpt).
+# These repositories release the family's weights as .pt only, so a workflow may name their .pt files; any other
+# model must be named as the .safetensors file it is released as.
+PT_ONLY_RELEASES = ("https://huggingface.co/gdhe17/Self-Forcing/", "https://huggingface.co/Efficient-Large-Model/",
+                    "https://huggingface.co/TencentARC/RollingForcing/", "https://huggingface.co/tianweiy/CausVid/",
+                    "https://huggingface.co/zhuhz22/Causal-Forcing/resolve/main/chunkwise/")
+# .pt releases that also exist as safetensors: name the safetensors file instead.
+SAFETENSORS_INSTEAD = {
+    "https://huggingface.co/zhuhz22/Causal-Forcing/resolve/main/framewise/causal_forcing.pt":
+        "https://huggingface.co/TalmajM/causal_forcing_framewise_ComfyUI_repackaged/resolve/main/split_files/"
+        "diffusion_models/causal_forcing-framewise.safetensors",
+}
+MODEL_ENTRY_KEYS = {"name", "url", "directory", "hash", "hash_type"}  # the editor's model metadata fields
+
+
+def check_model_entry(node, model):
+    where = f"node {node['id']} {node['type']}: {model.get('name')}"
+    assert {"name", "url", "directory"} <= set(model) <= MODEL_ENTRY_KEYS, f"{where}: fields {sorted(model)}"
+    assert model["url"] not in SAFETENSORS_INSTEAD, f"{where}: released as {SAFETENSORS_INSTEAD.get(model['url'])}"
+    if not model["name"].endswith((".safetensors", ".sft")):
+        assert model["url"].startswith(PT_ONLY_RELEASES), f"{where}: not .safetensors nor a .pt-only release"
+    else:
+        assert model["url"].split("?")[0].endswith(model["name"]), f"{where}: the URL is another file"
+
+
 def check_models(node, inputs):
     listed = {m["name"]: m for m in node.get("properties", {}).get("models", [])}
+    for model in listed.values():
+        check_model_entry(node, model)
     for name, folder in FILE_WIDGETS.items():
         value = widget_value(node, inputs, name)
         if value is None or value == "none":
@@ -208,3 +235,16 @@ def test_workflows_cover_the_advertised_uses_and_are_served_as_templates():
     assert WORKFLOWS and [name for name in TEMPLATE_FOLDERS if (ROOT / name).exists()] == ["example_workflows"]
     used = {n["type"] for p in WORKFLOWS for n in json.loads(p.read_text())["nodes"]}
     assert set(NODE_CLASS_MAPPINGS) <= used, f"nodes without an example: {set(NODE_CLASS_MAPPINGS) - used}"
+
+
+def test_the_first_workflows_need_only_files_the_editor_downloads():
+    """The plain text-to-video workflows run on a checkpoint released as safetensors (Causal Forcing frame-wise),
+    so a new user gets every file from the editor's missing-model dialog, on 1.27.10 too."""
+    for name in ("fastar_long_text_to_video", "fastar_custom_sampler", "fastar_core_ar_template"):
+        wf = json.loads((ROOT / "example_workflows" / f"{name}.json").read_text())
+        models = [m for n in wf["nodes"] for m in n.get("properties", {}).get("models", [])]
+        assert models and all(m["name"].endswith(".safetensors") for m in models), name
+        blocks = [widget_value(n, node_spec(n["type"])[0], "frames_per_block") for n in wf["nodes"]
+                  if n["type"] in ("FastAR_LongVideoSampler", "FastAR_SamplerARVideo")]
+        assert all(b == 1 for b in blocks), f"{name}: the frame-wise checkpoint takes frames_per_block 1"
+
