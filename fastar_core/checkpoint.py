@@ -31,7 +31,7 @@ from .checkpoint_layout import (  # noqa: F401 - KNOWN_PREFIXES, DTYPES and expe
 )
 from .errors import CheckpointError, FastARError
 from .memory import check_fits
-from .wan_config import WanConfig
+from .wan_config import WAN22_LATENT_CHANNELS, WanConfig
 from .wan_model import WanModel
 
 # Top-level containers of training checkpoints, most preferred first.
@@ -79,6 +79,7 @@ class LoadedCheckpoint:
         return {
             "path": self.path,
             "family": self.config.family,
+            "architecture": self.config.architecture,
             "config": self.config.to_dict(),
             "head_dim": self.config.head_dim,
             "dtype": dtype_name(self.dtype),
@@ -112,9 +113,21 @@ def checkpoint_errors(path):
 # --- the layout: keys, dtypes, config and shapes, checked from declared shapes -----------------------------
 
 
+def _latent_channels(sd) -> int | None:
+    """Input channels of a state dict's patch embedding (prefixed or not), None when it has none."""
+    for k, v in sd.items():
+        if isinstance(k, str) and k.endswith("patch_embedding.weight") and isinstance(v, torch.Tensor) and v.ndim == 5:
+            return int(v.shape[1])
+    return None
+
+
 def _pick_container(raw, path: Path) -> tuple[dict, str]:
     if not isinstance(raw, dict):
         raise CheckpointError(path, f"expected a dict of tensors, found {type(raw).__name__}")
+    generator = raw.get("generator")
+    if isinstance(generator, dict) and _latent_channels(generator) == WAN22_LATENT_CHANNELS:
+        # LongLive 2.0 (Wan2.2 TI2V-5B) runs with use_ema false: its "generator" entry, not "generator_ema".
+        return generator, "generator"
     for key in CONTAINER_KEYS:
         if key in raw and isinstance(raw[key], dict) and raw[key]:
             return raw[key], key

@@ -1,0 +1,49 @@
+"""The Wan2.2 TI2V-5B family: its config, LongLive 2.0's checkpoint layout and ``fastar info``."""
+
+import torch
+
+from comfyui_fastar.fastar_core.checkpoint import load_checkpoint
+from comfyui_fastar.fastar_core.wan_config import KNOWN_SIZES, WanConfig, infer_config
+from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.tools.cli import main
+
+TINY_5B = WanConfig(dim=256, num_heads=2, num_layers=2, ffn_dim=256, in_dim=48, out_dim=48, text_dim=16, freq_dim=32)
+
+
+def test_5b_config_is_named_and_its_shapes_infer_back():
+    cfg = KNOWN_SIZES["Wan2.2-TI2V-5B"]
+    assert (cfg.dim, cfg.num_heads, cfg.head_dim, cfg.num_layers, cfg.ffn_dim) == (3072, 24, 128, 30, 14336)
+    assert (cfg.in_dim, cfg.out_dim, cfg.patch_size) == (48, 48, (1, 2, 2))
+    assert cfg.family == "Wan2.2-TI2V-5B" and cfg.architecture == "Wan2.2 TI2V" and cfg.vae_spatial_stride == 16
+    wan21 = KNOWN_SIZES["Wan2.1-1.3B"]
+    assert wan21.family == "Wan2.1-1.3B" and wan21.architecture == "Wan2.1 T2V" and wan21.vae_spatial_stride == 8
+    shapes = {k: tuple(v.shape) for k, v in random_wan(TINY_5B).state_dict().items()}
+    assert infer_config(shapes) == TINY_5B
+
+
+def save_longlive2(path, seed_generator=0, seed_ema=1):
+    gen, ema = random_wan(TINY_5B, seed=seed_generator), random_wan(TINY_5B, seed=seed_ema)
+    torch.save({"generator": {"model." + k: v for k, v in gen.state_dict().items()},
+                "generator_ema": {"model." + k: v for k, v in ema.state_dict().items()}}, path)
+    return gen, ema
+
+
+def test_longlive2_checkpoint_loads_generator_not_ema(tmp_path):
+    """LongLive 2.0 runs with use_ema false: a 5B file's ``generator`` entry, even beside ``generator_ema``
+    (which a Wan2.1 file's loader prefers)."""
+    path = tmp_path / "longlive2.pt"
+    gen, _ = save_longlive2(path)
+    ckpt = load_checkpoint(path)
+    assert ckpt.container == "generator" and ckpt.prefix == "model."
+    assert all(torch.equal(ckpt.state_dict[k], v) for k, v in gen.state_dict().items())
+    alone = tmp_path / "model_only.pt"
+    torch.save({"model": gen.state_dict()}, alone)
+    assert load_checkpoint(alone).container == "model"
+
+
+def test_info_names_the_wan22_architecture(tmp_path, capsys):
+    path = tmp_path / "longlive2.pt"
+    save_longlive2(path)
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Wan2.2 TI2V architecture" in out and "in/out 48/48 ch" in out and "from 'generator'" in out
