@@ -28,6 +28,7 @@ from .errors import FastARError, GenerationCancelled
 from .prompts import PromptSchedule
 from .runner import CausalRunner, TextState, add_noise, flow_to_x0
 from .schedule import FIRST_CHUNK_SCHEDULES, DenoisingSchedule, get_schedule
+from .unipc import solve_chunk_unipc
 
 SAMPLER_MODES = ("chunk", "rolling")
 
@@ -70,6 +71,8 @@ class RolloutConfig:
         self.cache.validate(self.frames_per_block)
         schedule = get_schedule(self.schedule)
         first = self.first_schedule(schedule)
+        if self.mode == "rolling" and schedule.solver != "dmd":
+            raise FastARError(f"the {schedule.name} schedule's {schedule.solver} solver needs sampler mode 'chunk'")
         if self.mode == "rolling" and first is not schedule:
             raise FastARError("a separate first-chunk schedule needs sampler mode 'chunk' (rolling mode denoises "
                               "several chunks together with one step list)")
@@ -383,6 +386,9 @@ class RolloutLoop:
             position = self._rebuild(f0) if rebuilds else f0
             x = self._start_noise(c)
             x0 = None
+            if schedule.solver == "unipc":  # LongLive 2.0: multistep UniPC, no re-noising
+                x0 = solve_chunk_unipc(self, c, schedule, x, position)
+                sigmas = ()
             for s, sigma in enumerate(sigmas):
                 self._check_cancel()
                 sig = torch.full((cfg.batch, frames), sigma, device=self.runner.device)
