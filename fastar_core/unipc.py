@@ -149,14 +149,30 @@ def _weighted(rhos: torch.Tensor, diffs: list) -> torch.Tensor:
 
 def solve_chunk_unipc(loop, chunk: int, schedule, x: torch.Tensor, position: int) -> torch.Tensor:
     """Denoise one chunk of a rollout (``sampler.RolloutLoop``) from its noise ``x`` with a fresh solver: one
-    forward per step against the cache as it stands (the clean pass after it writes the chunk's keys)."""
+    forward per step against the cache as it stands (the clean pass after it writes the chunk's keys).
+
+    Image-to-video (``loop.first_frame``): the first chunk's frame 0 is the image latent before and after every
+    step and is fed at timestep 0, as LongLive 2.0 clamps it; the solver still steps it, and it is overwritten."""
     frames = x.shape[2]
+    image = loop.first_frame if chunk == 0 else None
     solver = UniPCSolver(schedule.sigmas)
     for s in range(schedule.num_steps):
         loop._check_cancel()
         info = loop._info(chunk, s, position, frames, num_steps=schedule.num_steps)
         assert loop.text is not None, "the prompt is encoded before the first forward"
-        flow = loop.runner.forward(x, loop._times(schedule, [s], [frames]), loop.text, loop.cache, info)
+        times = loop._times(schedule, [s], [frames])
+        if image is not None:
+            x, times = _hold_first_frame(x, image), times.clone()
+            times[:, 0] = 0
+        flow = loop.runner.forward(x, times, loop.text, loop.cache, info)
         x = solver.step(flow, x)
+        if image is not None:
+            x = _hold_first_frame(x, image)
         loop._tick()
     return x
+
+
+def _hold_first_frame(x: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
+    out = x.clone()
+    out[:, :, :1] = image.to(out.dtype)
+    return out

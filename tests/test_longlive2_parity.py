@@ -36,6 +36,8 @@ import torch
 
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec
 from comfyui_fastar.fastar_core.checkpoint import load_wan_model
+from comfyui_fastar.fastar_core.multishot import MultiShot
+from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
 from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
 from comfyui_fastar.fastar_core.schedule import get_schedule
@@ -160,11 +162,11 @@ def _tqdm_stub():
         return stub
 
 
-def reference_args(frames, **inference) -> dict:
-    """configs/inference.yaml as its normalize_config leaves it, for the tiny latent."""
+def reference_args(frames, config="inference.yaml", **inference) -> dict:
+    """configs/inference.yaml (or inference_i2v.yaml) as its normalize_config leaves it, for the tiny latent."""
     import yaml
 
-    raw = yaml.safe_load((rh.reference_root(NAME) / "configs/inference.yaml").read_text())
+    raw = yaml.safe_load((rh.reference_root(NAME) / "configs" / config).read_text())
     raw.pop("adapter", None)  # the LoRA is applied by inference.py, not by the pipeline
     raw["inference"] = {**raw["inference"], **inference}
     args = AttrDict(raw)
@@ -213,28 +215,35 @@ def start_noise(frames, seed=2):
     return torch.randn(1, 48, frames, *LATENT_HW, generator=torch.Generator().manual_seed(seed))
 
 
-def run_pack(checkpoint, prompts, noise, window=WINDOW, sink=SINK):
+def run_pack(checkpoint, prompts, noise, window=WINDOW, sink=SINK, multishot=None, image=None, clamp=True):
     model, ckpt = load_wan_model(checkpoint)
     assert ckpt.container == "generator" and ckpt.config.architecture == "Wan2.2 TI2V"
     sampler = ARSampler(CausalRunner(model))
     draws = rh.record_pack_noise(sampler)
     cfg = RolloutConfig(num_frames=noise.shape[2], latent_height=LATENT_HW[0], latent_width=LATENT_HW[1],
                         frames_per_block=FPB, schedule="longlive2", channels=48, seed=5,
-                        cache=CacheSpec(policy="window", sink_frames=sink, window_frames=window))
-    latent = sampler.generate(prompts, cfg, initial_noise=noise).latent
+                        cache=CacheSpec(policy="window", sink_frames=sink, window_frames=window),
+                        multishot=multishot, image_in_first_chunk=image is not None and clamp)
+    if image is not None and not clamp:  # the Wan2.1 family's image-to-video: the image committed before
+        noise = noise[:, :, 1:]
+        cfg.num_frames -= 1
+        noise = torch.cat([image, noise], dim=2)
+    latent = sampler.generate(prompts, cfg, initial_latents=image, initial_noise=noise).latent
     assert not draws, "LongLive 2.0 draws no noise after each chunk's start"
     return latent
 
 
-def reference_t2v(checkpoint, noise, prompts_per_chunk, table):
+def reference_t2v(checkpoint, noise, prompts_per_chunk, table, image=None):
     def body():
         module = rh.import_module("pipeline.causal_diffusion_inference")
-        pipeline = module.CausalDiffusionInferencePipeline(reference_args(noise.shape[2]), device="cpu",
-                                                           text_encoder=PromptTable(table), vae=NoVAE())
+        args = reference_args(noise.shape[2], config="inference.yaml" if image is None else "inference_i2v.yaml")
+        pipeline = module.CausalDiffusionInferencePipeline(args, device="cpu", text_encoder=PromptTable(table),
+                                                           vae=NoVAE())
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
         pipeline.generator.load_state_dict(state["generator"], strict=True)  # use_ema: false
+        initial = None if image is None else image.permute(0, 2, 1, 3, 4)
         latents = pipeline.inference(noise.permute(0, 2, 1, 3, 4), text_prompts=[prompts_per_chunk],
-                                     return_latents=True)
+                                     initial_latent=initial, return_latents=True)
         return latents.permute(0, 2, 1, 3, 4)
 
     return run_reference(body)
@@ -307,3 +316,74 @@ def test_longlive2_t2v_wrong_window_fails(checkpoint, t2v_reference, window, sin
     assert err > 100 * TOLERANCE
     first = rh.first_deviating_frame(ours, ref, TOLERANCE)
     assert first is not None and first >= WINDOW - FPB, f"deviates at frame {first}, before the window fills"
+
+
+# -- multi-shot prompts ----------------------------------------------------------------------------------------
+CUT = "The scene transitions. "  # LongLive 2.0's scene-cut prefix (utils/dataset.py)
+SHOTS = ((0, "a"), (48, "b"), (80, "c"))  # (first frame, caption): a cut after the window has rolled, then another
+
+
+@pytest.fixture(scope="module")
+def multishot_inputs(checkpoint):
+    """Per chunk, as its datasets write them: a shot's first chunk gets the cut prefix, the rest the caption."""
+    table, per_chunk, segments = {}, [], []
+    for i, (start, caption) in enumerate(SHOTS):
+        end = SHOTS[i + 1][0] if i + 1 < len(SHOTS) else FRAMES
+        first = caption if i == 0 else CUT + caption
+        table[first], table[caption] = prompt(10 + 2 * i), prompt(11 + 2 * i)
+        per_chunk += [first] + [caption] * ((end - start) // FPB - 1)
+        segments.append(PromptSegment(start, table[first], new_shot=i > 0))
+        if i > 0:
+            segments.append(PromptSegment(start + FPB, table[caption]))
+    noise = start_noise(FRAMES, seed=3)
+    ref = reference_t2v(checkpoint, noise, per_chunk, table)
+    return PromptSchedule(segments), noise, ref
+
+
+def test_longlive2_multishot_switch(checkpoint, multishot_inputs):
+    """Two cuts: each shot's temporal RoPE shifted by 8 more frames, its first chunk pinned beside the sink."""
+    prompts, noise, ref = multishot_inputs
+    ours = run_pack(checkpoint, prompts, noise, multishot=MultiShot(rope_offset=8, pin_shot_sink=True))
+    err = report("multi-shot (2 cuts, RoPE offset 8, shot sink)", ours, ref)
+    assert err <= TOLERANCE
+
+
+@pytest.mark.parametrize("multishot", [None, MultiShot(rope_offset=8, pin_shot_sink=False),
+                                       MultiShot(rope_offset=0, pin_shot_sink=True)],
+                         ids=["plain-switch", "no-shot-sink", "no-rope-offset"])
+def test_longlive2_multishot_without_either_part_fails(checkpoint, multishot_inputs, multishot):
+    """Negative controls: a plain prompt switch, or the shot sink or the RoPE offset alone, must not pass; and
+    every one agrees until the first cut."""
+    prompts, noise, ref = multishot_inputs
+    ours = run_pack(checkpoint, prompts, noise, multishot=multishot)
+    err = report(f"multi-shot with {multishot} (must differ)", ours, ref)
+    assert err > 100 * TOLERANCE
+    first = rh.first_deviating_frame(ours, ref, TOLERANCE)
+    assert first is not None and first >= SHOTS[1][0]
+
+
+# -- image to video --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def i2v_reference(checkpoint):
+    cond, noise = prompt(4), start_noise(FRAMES, seed=5)
+    image = torch.randn(1, 48, 1, *LATENT_HW, generator=torch.Generator().manual_seed(6))
+    ref = reference_t2v(checkpoint, noise, ["a"] * (FRAMES // FPB), {"a": cond}, image=image)
+    return cond, noise, image, ref
+
+
+def test_longlive2_i2v_first_frame_clamped(checkpoint, i2v_reference):
+    """inference_i2v.yaml: frame 0 of the first chunk is the image latent, fed at timestep 0 at every step."""
+    cond, noise, image, ref = i2v_reference
+    ours = run_pack(checkpoint, cond, noise, image=image)
+    assert torch.equal(ours[:, :, :1], image) and torch.equal(ref[:, :, :1], image)
+    err = report("i2v (frame 0 clamped)", ours, ref)
+    assert err <= TOLERANCE
+
+
+def test_longlive2_i2v_as_committed_context_fails(checkpoint, i2v_reference):
+    """Negative control: the Wan2.1 family's image-to-video (the image committed as a clean frame before the
+    rollout, the chunks after it) is not LongLive 2.0's."""
+    cond, noise, image, ref = i2v_reference
+    ours = run_pack(checkpoint, cond, noise, image=image, clamp=False)
+    err = report("i2v as committed context (must differ)", ours, ref)
+    assert err > 100 * TOLERANCE
