@@ -215,8 +215,11 @@ def start_noise(frames, seed=2):
     return torch.randn(1, 48, frames, *LATENT_HW, generator=torch.Generator().manual_seed(seed))
 
 
-def run_pack(checkpoint, prompts, noise, window=WINDOW, sink=SINK, multishot=None, image=None, clamp=True):
-    model, ckpt = load_wan_model(checkpoint)
+def run_pack(checkpoint, prompts, noise, window=WINDOW, sink=SINK, multishot=None, image=None, clamp=True,
+             model=None, lora=None, dtype=None):
+    loaded, ckpt = load_wan_model(checkpoint, lora=lora, lora_alpha=None if lora is None else LORA_ALPHA,
+                                  dtype=dtype)
+    model = model or loaded
     assert ckpt.container == "generator" and ckpt.config.architecture == "Wan2.2 TI2V"
     sampler = ARSampler(CausalRunner(model))
     draws = rh.record_pack_noise(sampler)
@@ -233,7 +236,7 @@ def run_pack(checkpoint, prompts, noise, window=WINDOW, sink=SINK, multishot=Non
     return latent
 
 
-def reference_t2v(checkpoint, noise, prompts_per_chunk, table, image=None):
+def reference_t2v(checkpoint, noise, prompts_per_chunk, table, image=None, lora=None):
     def body():
         module = rh.import_module("pipeline.causal_diffusion_inference")
         args = reference_args(noise.shape[2], config="inference.yaml" if image is None else "inference_i2v.yaml")
@@ -241,6 +244,8 @@ def reference_t2v(checkpoint, noise, prompts_per_chunk, table, image=None):
                                                            vae=NoVAE())
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
         pipeline.generator.load_state_dict(state["generator"], strict=True)  # use_ema: false
+        if lora is not None:  # as inference.py: adapters on every Linear of the blocks, unmerged
+            apply_lora(pipeline.generator.model, torch.load(lora, weights_only=True)["generator_lora"])
         initial = None if image is None else image.permute(0, 2, 1, 3, 4)
         latents = pipeline.inference(noise.permute(0, 2, 1, 3, 4), text_prompts=[prompts_per_chunk],
                                      initial_latent=initial, return_latents=True)
@@ -387,3 +392,99 @@ def test_longlive2_i2v_as_committed_context_fails(checkpoint, i2v_reference):
     ours = run_pack(checkpoint, cond, noise, image=image, clamp=False)
     err = report("i2v as committed context (must differ)", ours, ref)
     assert err > 100 * TOLERANCE
+
+
+# -- LoRA ------------------------------------------------------------------------------------------------------
+LORA_RANK, LORA_ALPHA = 128, 128  # configs/inference.yaml's adapter
+LORA_PREFIX = "base_model.model."  # PEFT's keys, relative to the CausalWanModel it wraps
+
+
+class LoraLinear(torch.nn.Module):
+    """Stands in for PEFT's LoRA ``Linear`` (peft is not installed here), with its forward at dropout 0:
+    ``base(x) + lora_B(lora_A(x)) * alpha / rank``, the adapters kept apart from the base weight (unmerged)."""
+
+    def __init__(self, base: torch.nn.Linear, a: torch.Tensor, b: torch.Tensor, scaling: float):
+        super().__init__()
+        self.base_layer = base
+        self.lora_A = torch.nn.Linear(a.shape[1], a.shape[0], bias=False, dtype=base.weight.dtype)
+        self.lora_B = torch.nn.Linear(b.shape[1], b.shape[0], bias=False, dtype=base.weight.dtype)
+        with torch.no_grad():
+            self.lora_A.weight.copy_(a)
+            self.lora_B.weight.copy_(b)
+        self.scaling = scaling
+
+    @property
+    def weight(self):  # what the pack's runner reads its dtype and device from
+        return self.base_layer.weight
+
+    def forward(self, x):
+        return self.base_layer(x) + self.lora_B(self.lora_A(x)) * self.scaling
+
+
+def apply_lora(model, state: dict) -> int:
+    """Every Linear of every block gets its adapter, as ``utils/lora_utils.configure_lora_for_model`` targets."""
+    wrapped = 0
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, torch.nn.Linear) and full.startswith("blocks."):
+                a, b = state[f"{LORA_PREFIX}{full}.lora_A.weight"], state[f"{LORA_PREFIX}{full}.lora_B.weight"]
+                setattr(module, child_name, LoraLinear(child, a, b, LORA_ALPHA / LORA_RANK))
+                wrapped += 1
+    assert wrapped == 10 * TINY.num_layers  # q, k, v, o of both attentions and the two FFN layers
+    return wrapped
+
+
+@pytest.fixture(scope="module")
+def lora_file(tmp_path_factory):
+    """A trained-looking rank-128 adapter on every Linear of the blocks (B non-zero), in LongLive 2.0's
+    ``generator_lora`` layout."""
+    g = torch.Generator().manual_seed(9)
+    shapes = {}
+    for i in range(TINY.num_layers):
+        for attn in ("self_attn", "cross_attn"):
+            for proj in "qkvo":
+                shapes[f"blocks.{i}.{attn}.{proj}"] = (TINY.dim, TINY.dim)
+        shapes[f"blocks.{i}.ffn.0"] = (TINY.ffn_dim, TINY.dim)
+        shapes[f"blocks.{i}.ffn.2"] = (TINY.dim, TINY.ffn_dim)
+    state = {}
+    for name, (out_f, in_f) in shapes.items():
+        state[f"{LORA_PREFIX}{name}.lora_A.weight"] = torch.randn(LORA_RANK, in_f, generator=g) * in_f ** -0.5
+        state[f"{LORA_PREFIX}{name}.lora_B.weight"] = torch.randn(out_f, LORA_RANK, generator=g) * 0.01
+    path = tmp_path_factory.mktemp("longlive2_lora") / "lora.pt"
+    torch.save({"generator_lora": state}, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def lora_reference(checkpoint, lora_file):
+    cond, noise = prompt(7), start_noise(FRAMES, seed=8)
+    return cond, noise, reference_t2v(checkpoint, noise, ["a"] * (FRAMES // FPB), {"a": cond}, lora=lora_file)
+
+
+def test_longlive2_lora_merged_matches_unmerged_fp32(checkpoint, lora_file, lora_reference):
+    """The pack merges the adapter into the weights (W + B A alpha / rank, in fp32); the reference keeps it
+    apart. In fp32 the two agree within the parity bound; without the adapter they do not."""
+    cond, noise, ref = lora_reference
+    ours = run_pack(checkpoint, cond, noise, lora=lora_file)
+    err = report("LoRA rank 128 merged (pack) vs unmerged (reference), fp32", ours, ref)
+    assert err <= TOLERANCE
+    base = run_pack(checkpoint, cond, noise)
+    assert report("without the LoRA (must differ)", base, ref) > 100 * TOLERANCE
+
+
+def test_longlive2_lora_merged_vs_unmerged_bf16(checkpoint, lora_file, lora_reference):
+    """LongLive 2.0 runs in bf16: there a merged weight is rounded once, W + B A, where the unmerged path
+    rounds W, A, B and both products. Measured on the pack's runner, both against the fp32 result: the merge
+    is no further from it than the unmerged bf16 path is."""
+    cond, noise, ref = lora_reference
+    merged = run_pack(checkpoint, cond, noise, lora=lora_file, dtype="bf16")
+    model, _ = load_wan_model(checkpoint, dtype="bf16")
+    apply_lora(model, {k: v.to(torch.bfloat16) for k, v in torch.load(lora_file, weights_only=True)[
+        "generator_lora"].items()})
+    unmerged = run_pack(checkpoint, cond, noise, model=model)
+    between = rh.relative_error(merged, unmerged)
+    merged_err, unmerged_err = rh.relative_error(merged, ref), rh.relative_error(unmerged, ref)
+    print(f"\nLoRA bf16: merged vs unmerged {between:.2e}; against fp32 unmerged: merged {merged_err:.2e}, "
+          f"unmerged {unmerged_err:.2e}")
+    assert 0 < between < 0.1 and merged_err <= 1.5 * unmerged_err
