@@ -92,3 +92,14 @@ def test_longlive2_schedule_is_unipc_with_integer_timesteps():
     assert torch.equal(solver.step(flow, x), estimate)
     with pytest.raises(FastARError, match="taken all its 4 steps"):
         solver.step(flow, x)
+
+
+def test_comfyui_format_5b_file_loads_as_wan22(tmp_path):
+    """A flat ``.safetensors`` with ComfyUI's ``model.diffusion_model.`` prefix, as core saves the 5B."""
+    from safetensors.torch import save_file
+
+    model = random_wan(TINY_5B, seed=2)
+    path = tmp_path / "wan2.2_ti2v_5B.safetensors"
+    save_file({"model.diffusion_model." + k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    ckpt = load_checkpoint(path)
+    assert ckpt.config == TINY_5B and ckpt.config.architecture == "Wan2.2 TI2V" and ckpt.container == "flat"
