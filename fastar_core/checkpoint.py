@@ -32,7 +32,7 @@ from .checkpoint_layout import (  # noqa: F401 - KNOWN_PREFIXES, DTYPES and expe
 )
 from .errors import CheckpointError, FastARError
 from .memory import check_fits
-from .wan_config import WanConfig
+from .wan_config import WAN22_LATENT_CHANNELS, WanConfig
 from .wan_model import WanModel
 
 # Top-level containers of training checkpoints, most preferred first.
@@ -125,6 +125,7 @@ class LoadedCheckpoint:
         return {
             "path": self.path,
             "family": self.config.family,
+            "architecture": self.config.architecture,
             "config": self.config.to_dict(),
             "head_dim": self.config.head_dim,
             "dtype": dtype_name(self.dtype),
@@ -159,6 +160,14 @@ def checkpoint_errors(path):
 # --- the layout: keys, dtypes, config and shapes, checked from declared shapes -----------------------------
 
 
+def _latent_channels(sd) -> int | None:
+    """Input channels of a state dict's patch embedding (prefixed or not), None when it has none."""
+    for k, v in sd.items():
+        if isinstance(k, str) and k.endswith("patch_embedding.weight") and isinstance(v, torch.Tensor) and v.ndim == 5:
+            return int(v.shape[1])
+    return None
+
+
 def _pick_container(raw, path: Path, weights_entry: str = "auto") -> tuple[dict, str, str]:
     """(weights, entry, why): the entry the override names, else the family's own, else the first present."""
     if not isinstance(raw, dict):
@@ -172,6 +181,9 @@ def _pick_container(raw, path: Path, weights_entry: str = "auto") -> tuple[dict,
         return raw[weights_entry], weights_entry, "chosen by weights_entry"
     if not present:
         return raw, "flat", "the file's only weights"
+    generator = raw.get("generator")
+    if "generator" in present and len(present) > 1 and _latent_channels(generator) == WAN22_LATENT_CHANNELS:
+        return generator, "generator", "auto: LongLive 2.0 (Wan2.2 TI2V-5B) loads generator (use_ema: false)"
     family = family_from_path(path)
     rule = WEIGHT_ENTRIES.get(family or "")
     if rule is not None and rule[0] in present and len(present) > 1:

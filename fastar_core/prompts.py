@@ -15,6 +15,7 @@ class PromptSegment:
     context: torch.Tensor  # [B, L, text_dim] text-encoder output (zero-padded like UMT5)
     recache_frames: int = 0  # on switching to it, re-encode this many previous clean frames (LongLive recache)
     label: str = ""
+    new_shot: bool = False  # LongLive 2.0: this prompt starts a new shot (see multishot.py); else a plain switch
 
 
 class PromptSchedule:

@@ -27,9 +27,11 @@ from .attention import PassInfo
 from .caches.base import CacheShape, KVCache
 from .caches.spec import CacheSpec
 from .errors import FastARError, GenerationCancelled
+from .multishot import MultiShot, starts_shot
 from .prompts import PromptSchedule
 from .runner import CausalRunner, TextState, add_noise, flow_to_x0
 from .schedule import FIRST_CHUNK_SCHEDULES, DenoisingSchedule, get_schedule
+from .unipc import solve_chunk_unipc
 
 SAMPLER_MODES = ("chunk", "rolling")
 
@@ -56,6 +58,11 @@ class RolloutConfig:
 
     def draws(self) -> tuple:
         return tuple(range(self.batch)) if self.batch_index is None else tuple(self.batch_index)
+    # LongLive 2.0's multi-shot prompts (segments marked new_shot): RoPE offset and pinned shot sink
+    multishot: MultiShot | None = None
+    # LongLive 2.0's image-to-video: the one initial latent frame is frame 0 of the first chunk, held there (at
+    # timestep 0) before and after every step, instead of being committed as clean context before the rollout
+    image_in_first_chunk: bool = False
 
     def first_schedule(self, main: DenoisingSchedule) -> DenoisingSchedule:
         """The first generated chunk's schedule."""
@@ -80,8 +87,17 @@ class RolloutConfig:
             raise FastARError(f"batch_index {list(self.batch_index)} must hold one item number >= 0 per batch row "
                               f"({self.batch})")
         self.cache.validate(self.frames_per_block)
+        if self.multishot is not None:
+            self.multishot.validate(self.cache.policy)
+            if self.mode != "chunk":
+                raise FastARError("multi-shot prompts need sampler mode 'chunk'")
         schedule = get_schedule(self.schedule)
         first = self.first_schedule(schedule)
+        if self.image_in_first_chunk and (schedule.solver != "unipc" or self.mode != "chunk"):
+            raise FastARError("image_in_first_chunk is LongLive 2.0's image-to-video: it needs a UniPC schedule "
+                              "(longlive2) in sampler mode 'chunk'")
+        if self.mode == "rolling" and schedule.solver != "dmd":
+            raise FastARError(f"the {schedule.name} schedule's {schedule.solver} solver needs sampler mode 'chunk'")
         if self.mode == "rolling" and first is not schedule:
             raise FastARError("a separate first-chunk schedule needs sampler mode 'chunk' (rolling mode denoises "
                               "several chunks together with one step list)")
@@ -211,6 +227,12 @@ class ARSampler:
                 raise FastARError(f"initial latents have shape {list(initial_latents.shape)}; expected "
                                   f"[{cfg.batch}, {cfg.channels}, frames, {cfg.latent_height}, {cfg.latent_width}]")
             n_init = initial_latents.shape[2]
+        first_frame = None
+        if initial_latents is not None and cfg.image_in_first_chunk:
+            if n_init != 1:
+                raise FastARError(f"image_in_first_chunk holds one image latent frame; the initial latents have "
+                                  f"{n_init}")
+            first_frame, initial_latents, n_init = initial_latents.to(self.runner.device, torch.float32), None, 0
         total = n_init + cfg.num_frames
         out_device = torch.device(output_device) if output_device is not None else self.runner.device
         latent = torch.zeros(cfg.batch, cfg.channels, total, cfg.latent_height, cfg.latent_width, device=out_device)
@@ -222,7 +244,7 @@ class ARSampler:
         loop = RolloutLoop(runner=self.runner, cfg=cfg, schedule=schedule, first_schedule=cfg.first_schedule(schedule),
                            prompts=schedule_prompts, latent=latent,
                            plan=plan, cache=cache, noise=self.noise_source(cfg), initial_noise=initial_noise,
-                           callback=callback, cancel=cancel, step_callback=step_callback)
+                           callback=callback, cancel=cancel, step_callback=step_callback, first_frame=first_frame)
         self.runner.attention.begin_rollout(self.runner.num_layers)
         start = time.perf_counter()
         try:
@@ -254,7 +276,8 @@ class RolloutLoop:
     def __init__(self, *, runner: CausalRunner, cfg: RolloutConfig, schedule: DenoisingSchedule,
                  first_schedule: DenoisingSchedule, prompts: PromptSchedule, latent: torch.Tensor, plan: RolloutPlan,
                  cache: KVCache, noise: NoiseSource,
-                 initial_noise: torch.Tensor | None = None, callback=None, cancel=None, step_callback=None):
+                 initial_noise: torch.Tensor | None = None, callback=None, cancel=None, step_callback=None,
+                 first_frame: torch.Tensor | None = None):
         self.runner = runner
         self.cfg = cfg
         self.schedule = schedule
@@ -273,6 +296,8 @@ class RolloutLoop:
         self.text: TextState | None = None
         self.steps_done = 0
         self.steps_total = plan.total_forwards
+        self.shot = 0  # shots started so far (multi-shot prompts)
+        self.first_frame = first_frame  # the image latent held as the first chunk's frame 0 (image_in_first_chunk)
         self.last_report = time.perf_counter()
 
     # -- helpers ----------------------------------------------------------------------------------------------
@@ -371,6 +396,14 @@ class RolloutLoop:
             self._clean_pass(-1, context[:, :, pos:pos + fpb], pos)
         return len(frames)
 
+    def _shot_offset(self, frame_start: int) -> int:
+        """RoPE frames the chunk starting at ``frame_start`` is shifted by (multi-shot prompts; else 0)."""
+        if self.cfg.multishot is None:
+            return 0
+        if starts_shot(self.prompts, frame_start):
+            self.shot += 1
+        return self.shot * self.cfg.multishot.rope_offset
+
     def _report(self, chunk, frame_start, x0, seconds):
         self.latent[:, :, frame_start:frame_start + x0.shape[2]] = x0.to(self.latent.device)
         x0 = self.latent[:, :, frame_start:frame_start + x0.shape[2]]  # a view: no second copy per chunk
@@ -407,9 +440,12 @@ class RolloutLoop:
             self._update_prompt(f0)
             schedule = self.first_schedule if c == 0 else self.schedule
             sigmas = schedule.sigmas
-            position = self._rebuild(f0) if rebuilds else f0
+            position = self._rebuild(f0) if rebuilds else f0 + self._shot_offset(f0)
             x = self._start_noise(c)
             x0 = None
+            if schedule.solver == "unipc":  # LongLive 2.0: multistep UniPC, no re-noising
+                x0 = solve_chunk_unipc(self, c, schedule, x, position)
+                sigmas = ()
             for s, sigma in enumerate(sigmas):
                 self._check_cancel()
                 sig = torch.full((cfg.batch, frames), sigma, device=self.runner.device)
@@ -421,7 +457,10 @@ class RolloutLoop:
                 self._tick()
             self._check_finite(x0, c)
             if c < last and not rebuilds:  # the final chunk's keys would never be read
-                self._clean_pass(c, x0, f0)
+                shots = self.cfg.multishot
+                if shots is not None and shots.pin_shot_sink and starts_shot(self.prompts, f0):
+                    self.cache.pin(range(position, position + frames))  # type: ignore[attr-defined]
+                self._clean_pass(c, x0, position)
             self._tick()
             self._sync()
             self._report(c, f0, x0, time.perf_counter() - t_start)

@@ -6,6 +6,9 @@ sigma = 1, 0.9375, 0.8333, 0.625. Rolling Forcing warps 1000/800/600/400/200 the
 input is ``1000 * sigma`` unless a schedule says otherwise: CausVid passes 1000/757/522 to the model unwarped and
 its sampler converts with the sigma of the nearest entry of the shift-8 training table; Krea Realtime's server
 ends its list with a step at timestep 0, whose sigma is the table's smallest (about 0.005).
+
+LongLive 2.0 (Wan2.2 TI2V-5B) solves each chunk with UniPC instead (``solver="unipc"``, ``unipc.py``): preset
+``longlive2``, 4 steps at shift 5, the model fed the integer timesteps 999/937/833/624.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from dataclasses import dataclass
 import torch
 
 from .errors import FastARError
+from .unipc import unipc_steps
+
+SOLVERS = ("dmd", "unipc")
 
 
 def shift_sigma(sigma: float, shift: float) -> float:
@@ -56,8 +62,13 @@ class DenoisingSchedule:
     sigmas: tuple  # one per denoising step, decreasing, in (0, 1]
     shift: float | None = None
     model_timesteps: tuple | None = None  # what the model is fed per step, when not 1000 * sigma
+    # "dmd": x0 then fresh noise to the next sigma (the Self-Forcing family); "unipc": LongLive 2.0's multistep
+    # UniPC on flow predictions, no re-noising (fastar_core/unipc.py)
+    solver: str = "dmd"
 
     def __post_init__(self):
+        if self.solver not in SOLVERS:
+            raise FastARError(f"schedule solver {self.solver!r} is not one of {', '.join(SOLVERS)}")
         if not self.sigmas:
             raise FastARError("a denoising schedule needs at least one step")
         if any(not (0 < s <= 1) for s in self.sigmas):
@@ -83,6 +94,8 @@ class DenoisingSchedule:
         out = {"name": self.name, "sigmas": [round(s, 6) for s in self.sigmas], "shift": self.shift}
         if self.model_timesteps is not None:
             out["timesteps"] = [round(t, 4) for t in self.timesteps]
+        if self.solver != "dmd":
+            out["solver"] = self.solver
         return out
 
 
@@ -100,6 +113,11 @@ def _krea_server_schedule(steps: int = 5, shift: float = 5.0) -> DenoisingSchedu
     return reference_table_schedule("krea", [float(padded[1000 - int(p)]) for p in picks], shift)
 
 
+def _unipc_schedule(name: str, steps: int, shift: float) -> DenoisingSchedule:
+    sigmas, timesteps = unipc_steps(steps, shift)
+    return DenoisingSchedule(name, sigmas, shift, timesteps, solver="unipc")
+
+
 SCHEDULE_PRESETS = {
     "self-forcing": DenoisingSchedule("self-forcing", tuple(warp_steps([1000, 750, 500, 250], 5.0)), 5.0),
     "rolling-forcing": DenoisingSchedule("rolling-forcing", tuple(warp_steps([1000, 800, 600, 400, 200], 5.0)), 5.0),
@@ -108,6 +126,8 @@ SCHEDULE_PRESETS = {
     # Causal Forcing++ (frame-wise): 1 or 2 steps per frame; the first frame takes the 4-step list (below).
     "causal-forcing++-1step": DenoisingSchedule("causal-forcing++-1step", tuple(warp_steps([1000], 5.0)), 5.0),
     "causal-forcing++-2step": DenoisingSchedule("causal-forcing++-2step", tuple(warp_steps([1000, 500], 5.0)), 5.0),
+    # LongLive 2.0 (Wan2.2 TI2V-5B): 4 UniPC steps at shift 5, the model fed [999, 937, 833, 624].
+    "longlive2": _unipc_schedule("longlive2", 4, 5.0),
 }
 # Presets whose first chunk is denoised with another list (Causal Forcing++'s denoising_step_list_first_chunk).
 FIRST_CHUNK_SCHEDULES = {"causal-forcing++-1step": "self-forcing", "causal-forcing++-2step": "self-forcing"}

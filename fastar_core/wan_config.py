@@ -1,4 +1,4 @@
-"""Wan2.1 DiT hyper-parameters, given explicitly or inferred from a state dict's shapes.
+"""Wan DiT hyper-parameters (Wan2.1, and Wan2.2 TI2V-5B: the same block), given or inferred from a state dict.
 
 Every config is checked for type and range when it is made, so one read from a file's metadata cannot build a
 broken or absurdly large model before its tensors are compared with it.
@@ -23,6 +23,7 @@ LIMITS = {
 }
 MAX_PATCH = 64
 WAN_HEAD_DIM = 128  # every published Wan2.1 size
+WAN22_LATENT_CHANNELS = 48  # the Wan2.2 VAE's latent channels (TI2V-5B's in_dim and out_dim)
 
 
 def _is_int(value) -> bool:
@@ -80,6 +81,18 @@ class WanConfig:
                 return name
         return "custom"
 
+    @property
+    def architecture(self) -> str:
+        """Which Wan generation the module tree is: the block is the same, the latent space is not. Wan2.2's
+        TI2V-5B works in the Wan2.2 VAE's 48-channel latents (4 x 16 x 16 compression), Wan2.1 in 16 channels
+        (4 x 8 x 8)."""
+        return "Wan2.2 TI2V" if self.in_dim == WAN22_LATENT_CHANNELS else "Wan2.1 T2V"
+
+    @property
+    def vae_spatial_stride(self) -> int:
+        """Pixels per latent row/column of the VAE this architecture's latents come from."""
+        return 16 if self.in_dim == WAN22_LATENT_CHANNELS else 8
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["patch_size"] = list(self.patch_size)
@@ -100,6 +113,8 @@ class WanConfig:
 KNOWN_SIZES = {
     "Wan2.1-1.3B": WanConfig(dim=1536, num_heads=12, num_layers=30, ffn_dim=8960),
     "Wan2.1-14B": WanConfig(dim=5120, num_heads=40, num_layers=40, ffn_dim=13824),
+    # LongLive 2.0's base (wan_5b/configs/wan_ti2v_5B.py): Wan2.1's block at 5B sizes in the Wan2.2 latent space.
+    "Wan2.2-TI2V-5B": WanConfig(dim=3072, num_heads=24, num_layers=30, ffn_dim=14336, in_dim=48, out_dim=48),
 }
 
 # The pack's own demo model (tools/demo/settings.py MODEL_CONFIG; a test holds the two equal).

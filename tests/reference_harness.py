@@ -1,7 +1,7 @@
 """Run a public reference implementation's own model and pipeline code on CPU, next to the pack.
 
-The references (Self-Forcing, Rolling Forcing, LongLive, CausVid, Causal Forcing, Krea Realtime) are not part
-of this repository: ``tools/extract_references.py`` writes them to ``$FASTAR_REFERENCE_DIR/<name>/`` and the
+The references (Self-Forcing, Rolling Forcing, LongLive 1.0 and 2.0, CausVid, Causal Forcing, Krea Realtime) are
+not part of this repository: ``tools/extract_references.py`` writes them to ``$FASTAR_REFERENCE_DIR/<name>/`` and the
 parity tests import them from there. They all use the same top-level package names (``wan``, ``utils``,
 ``pipeline``, ...), so each is imported in isolation: ``reference_modules`` puts one reference first on the path,
 serves its modules through a finder that can rewrite named constants in their source, and removes every module
@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 REFERENCE_DIR = os.environ.get("FASTAR_REFERENCE_DIR")
 # Top-level names the references use for their own packages; cleared before and after each one.
-REFERENCE_TOPLEVEL = ("wan", "utils", "pipeline", "model", "demo_utils", "trainer", "causvid", "settings",
+REFERENCE_TOPLEVEL = ("wan", "wan_5b", "utils", "pipeline", "model", "demo_utils", "trainer", "causvid", "settings",
                       "release_server", "diffusers", "einops")
 
 
@@ -275,7 +275,7 @@ def reference_modules(spec: ReferenceSpec, tiny_config: dict):
         raise FileNotFoundError(f"{root} does not exist; run tools/extract_references.py --dest {REFERENCE_DIR}")
     _clear_reference_modules()
     after_exec = {"wan.modules.attention": _patch_attention}
-    for prefix in ("causvid.models.wan.wan_base.modules.attention",):
+    for prefix in ("causvid.models.wan.wan_base.modules.attention", "wan_5b.modules.attention"):
         after_exec[prefix] = _patch_attention
     finder = _ReferenceFinder(root, spec.rewrites, after_exec)
     stubs = {**_diffusers_stub(tiny_config), **_einops_stub(), "flash_attn": None, "flash_attn_interface": None,

@@ -113,7 +113,7 @@ def cmd_info(args) -> int:
         return 0
     cfg = summary["config"]
     print(f"file        {summary['path']}")
-    print(f"family      {summary['family']} (Wan2.1 T2V architecture)")
+    print(f"family      {summary['family']} ({summary['architecture']} architecture)")
     print(f"config      dim {cfg['dim']}, {cfg['num_heads']} heads x {summary['head_dim']}, "
           f"{cfg['num_layers']} layers, "
           f"ffn {cfg['ffn_dim']}, in/out {cfg['in_dim']}/{cfg['out_dim']} ch, text {cfg['text_dim']}, "

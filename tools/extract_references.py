@@ -24,6 +24,7 @@ REFERENCES = {
     "self_forcing": ("guandeh17/Self-Forcing", "main", "33593df3e81fa3ec10239271dd2c100facac6de1"),
     "rolling_forcing": ("TencentARC/RollingForcing", "main", "a1477d09e85dc759a6a6728f55f77f59342ce388"),
     "longlive": ("NVlabs/LongLive", "v1.0", "e52d9ef6865d843282a6b5e9d46d03b35f88929d"),
+    "longlive2": ("NVlabs/LongLive", "main", "7860ad9685686bc3edfd407eb4d12579ca47d689"),
     "causvid": ("tianweiy/CausVid", "master", "ca2115039172dfa3a02deee1534408a09680f29f"),
     "causal_forcing": ("thu-ml/Causal-Forcing", "main", "1fc7bbc19a503c1bce80ecef08158b20e702f386"),
     "krea_realtime": ("krea-ai/realtime-video", "main", "acf4b7b4e1a3049a0e04782e751d12203334038d"),

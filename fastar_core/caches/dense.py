@@ -60,6 +60,7 @@ class DenseKVCache(KVCache):
         self.high_water = [0] * num_layers
         self.evicted_frames = 0
         self._pending: tuple[int, int] | None = None
+        self.pinned: frozenset = frozenset()  # frames never evicted besides the sink (a multi-shot sink)
 
     def _token_index(self, slots) -> torch.Tensor:
         tpf = self.tokens_per_frame
@@ -72,7 +73,7 @@ class DenseKVCache(KVCache):
             return slots.index(frame)
         if -1 in slots:
             return slots.index(-1)
-        candidates = [(f, s) for s, f in enumerate(slots) if f >= self.sink_frames]
+        candidates = [(f, s) for s, f in enumerate(slots) if f >= self.sink_frames and f not in self.pinned]
         if not candidates:
             raise FastARError(f"the {self.policy} cache is full of sink frames; raise its capacity")
         _, slot = min(candidates)
@@ -83,6 +84,10 @@ class DenseKVCache(KVCache):
 
     def prepare_commit(self, frame_start: int, num_frames: int) -> None:
         self._pending = (frame_start, num_frames)
+
+    def pin(self, frames) -> None:
+        """Protect these frames from eviction from now on, in place of those pinned before."""
+        self.pinned = frozenset(frames)
 
     def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         assert self._pending is not None, "commit outside a clean pass (prepare_commit first)"
