@@ -183,7 +183,7 @@ def _pick_container(raw, path: Path, weights_entry: str = "auto") -> tuple[dict,
         return raw, "flat", "the file's only weights"
     generator = raw.get("generator")
     if "generator" in present and len(present) > 1 and _latent_channels(generator) == WAN22_LATENT_CHANNELS:
-        return generator, "generator", "auto: LongLive 2.0 (Wan2.2 TI2V-5B) loads generator (use_ema: false)"
+        return raw["generator"], "generator", "auto: LongLive 2.0 (Wan2.2 TI2V-5B) loads generator (use_ema: false)"
     family = family_from_path(path)
     rule = WEIGHT_ENTRIES.get(family or "")
     if rule is not None and rule[0] in present and len(present) > 1:
