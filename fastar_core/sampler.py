@@ -324,10 +324,7 @@ class RolloutLoop:
         under the new prompt in one pass, every one seeing all the others and the kept sink (whose keys stay
         the old prompt's); at most ``n`` frames, never the sink, and for a window no more than it holds
         besides the sink."""
-        sink = self.cfg.cache.sink_frames if self.cfg.cache.policy in ("window", "rolling", "tempcache") else 0
-        if self.cfg.cache.policy == "window":
-            n = min(n, self.cfg.cache.window_frames - sink)
-        first = max(sink, frame_start - n)
+        first = self.cache.recache_start(self.cfg.cache, frame_start, n)
         if first >= frame_start:
             return
         self.cache.rewind(first)

@@ -152,9 +152,20 @@ class DenseKVCache(KVCache):
             version=self.versions[layer],
         )
 
+    @staticmethod
+    def _token_bytes(num_layers, batch, num_heads, head_dim, dtype) -> int:
+        """Bytes per cached token over every layer: k and v, three int64 positions and a float32 bias."""
+        per_layer = 2 * batch * num_heads * head_dim * element_size(dtype)
+        return (per_layer + 3 * 8 + 4) * num_layers
+
     def _bytes_per_token(self) -> int:
-        per_layer = 2 * self.batch * self.num_heads * self.head_dim * element_size(self.dtype)
-        return (per_layer + 3 * 8 + 4) * self.num_layers
+        return self._token_bytes(self.num_layers, self.batch, self.num_heads, self.head_dim, self.dtype)
+
+    @classmethod
+    def planned_bytes(cls, spec, shape: CacheShape, total_frames: int) -> int:
+        frames = cls.allocated_frames(spec, total_frames, shape.frames_per_block)
+        tokens = frames * shape.grid_hw[0] * shape.grid_hw[1]
+        return tokens * cls._token_bytes(shape.num_layers, shape.batch, shape.num_heads, shape.head_dim, shape.dtype)
 
     def live_bytes(self) -> int:
         return len(self._live_slots()) * self.tokens_per_frame * self._bytes_per_token()
@@ -176,12 +187,31 @@ class WindowCache(DenseKVCache):
     the chunk itself included (its ``local_attn_size``; 12 with a 3-frame sink for LongLive 1.0)."""
 
     policy = "window"
+    size_fields = ("sink_frames", "window_frames")
+    keeps_sink = True
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> WindowCache:
-        # Holds what a full chunk reads back: the sink and window_frames - sink - chunk recent frames.
-        return cls(**vars(shape), capacity_frames=spec.window_frames - shape.frames_per_block,
+        return cls(**vars(shape), capacity_frames=cls.allocated_frames(spec, total_frames, shape.frames_per_block),
                    sink_frames=spec.sink_frames, attend_frames=spec.window_frames)
+
+    @classmethod
+    def describe(cls, spec) -> str:
+        return f"window ({spec.window_frames} frames attended, sink {spec.sink_frames} and the chunk included)"
+
+    @classmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        # What a full chunk reads back: the sink and window_frames - sink - chunk recent frames.
+        return spec.window_frames - frames_per_block
+
+    @classmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        return min(committed, spec.window_frames - frames_per_block)
+
+    @classmethod
+    def recache_start(cls, spec, frame_start: int, frames: int) -> int:
+        # No more than the window holds besides the sink.
+        return super().recache_start(spec, frame_start, min(frames, spec.window_frames - cls.sink(spec)))
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:
@@ -211,6 +241,18 @@ class GlobalCache(DenseKVCache):
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> GlobalCache:
         return cls(**vars(shape), capacity_frames=total_frames, sink_frames=0)
 
+    @classmethod
+    def describe(cls, spec) -> str:
+        return "global (every frame kept)"
+
+    @classmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        return total_frames
+
+    @classmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        return committed
+
     def prepare_commit(self, frame_start: int, num_frames: int) -> None:
         if frame_start + num_frames > self.capacity_frames:
             raise FastARError(
@@ -224,11 +266,27 @@ class RollingCache(DenseKVCache):
     """Rolling Forcing's cache: ``rolling_capacity`` frames kept, at most ``rolling_attend`` attended."""
 
     policy = "rolling"
+    size_fields = ("sink_frames", "rolling_capacity", "rolling_attend")
+    keeps_sink = True
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> RollingCache:
         return cls(**vars(shape), capacity_frames=spec.rolling_capacity, sink_frames=spec.sink_frames,
                    attend_frames=spec.rolling_attend)
+
+    @classmethod
+    def describe(cls, spec) -> str:
+        return f"rolling (sink {spec.sink_frames}, capacity {spec.rolling_capacity}, attend {spec.rolling_attend})"
+
+    @classmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        return spec.rolling_capacity
+
+    @classmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        # A chunk of frames_per_block queries: rolling_attend frames in all, the queries included, in the
+        # denoising passes (sink + working frames) and in the clean pass (the most recent frames) alike.
+        return min(committed, spec.rolling_attend - frames_per_block, spec.rolling_capacity)
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:
@@ -273,6 +331,7 @@ class RecomputeCache(DenseKVCache):
 
     policy = "recompute"
     rebuilds_each_chunk = True
+    size_fields = ("sink_frames", "window_frames")
 
     def __init__(self, *, window_frames: int, anchor_frames: int, **shape):
         super().__init__(**shape, capacity_frames=window_frames, sink_frames=0)
@@ -282,6 +341,27 @@ class RecomputeCache(DenseKVCache):
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> RecomputeCache:
         return cls(window_frames=spec.window_frames, anchor_frames=spec.sink_frames, **vars(shape))
+
+    @classmethod
+    def describe(cls, spec) -> str:
+        return (f"recompute (rebuilt before every chunk from {spec.sink_frames} first + the most recent frames; "
+                f"{spec.window_frames} frames attended, the chunk included)")
+
+    @classmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        return spec.window_frames
+
+    @classmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        return cls.rebuilt_frames(spec, committed, frames_per_block)
+
+    @classmethod
+    def rebuilt_frames(cls, spec, frame_start: int, frames_per_block: int) -> int:
+        return min(frame_start, spec.window_frames - frames_per_block)
+
+    @classmethod
+    def recache_start(cls, spec, frame_start: int, frames: int) -> int:
+        return frame_start  # rebuilt under the new prompt before every chunk anyway
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:

@@ -111,21 +111,7 @@ class CacheSpec:
 
     def describe(self) -> str:
         """One line for reports: the policy and the sizes it uses."""
-        if self.policy == "window":
-            return f"window ({self.window_frames} frames attended, sink {self.sink_frames} and the chunk included)"
-        if self.policy == "recompute":
-            return (f"recompute (rebuilt before every chunk from {self.sink_frames} first + the most recent frames; "
-                    f"{self.window_frames} frames attended, the chunk included)")
-        if self.policy == "rolling":
-            return (f"rolling (sink {self.sink_frames}, capacity {self.rolling_capacity}, "
-                    f"attend {self.rolling_attend})")
-        if self.policy == "tempcache":
-            t = self.tempcache
-            return (f"tempcache (sink {self.sink_frames}, capacity {t.capacity_frames} frames, threshold "
-                    f"{t.threshold}, matcher {t.matcher})")
-        if self.policy == "global":
-            return "global (every frame kept)"
-        return self.policy
+        return self.policy_class.describe(self)
 
     def to_dict(self) -> dict:
         return asdict(self)

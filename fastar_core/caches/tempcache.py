@@ -36,6 +36,8 @@ COSINE_SLACK = 1e-6
 
 class TempCache(KVCache):
     policy = "tempcache"
+    size_fields = ("sink_frames", "tempcache")
+    keeps_sink = True
 
     def __init__(self, settings, sink_frames, num_layers, batch, num_heads, head_dim, grid_hw, dtype=torch.float32,
                  device="cpu", frames_per_block=1):
@@ -74,6 +76,36 @@ class TempCache(KVCache):
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> TempCache:
         return cls(spec.tempcache, spec.sink_frames, **vars(shape))
+
+    @classmethod
+    def describe(cls, spec) -> str:
+        t = spec.tempcache
+        return (f"tempcache (sink {spec.sink_frames}, capacity {t.capacity_frames} frames, threshold "
+                f"{t.threshold}, matcher {t.matcher})")
+
+    @classmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        return spec.tempcache.capacity_frames
+
+    @classmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        return min(committed, spec.tempcache.capacity_frames)
+
+    @classmethod
+    def matched_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        return max(0, cls.attended_frames(spec, committed, frames_per_block) - spec.sink_frames)
+
+    @staticmethod
+    def _slot_bytes(settings, head_dim: int, dtype) -> int:
+        """Bytes per group slot: k, v, count, position, last update, and the optional oldest/sum of times."""
+        extra = 8 * (bool(settings.max_spread_frames) + (settings.position == "weighted"))
+        return 2 * head_dim * element_size(dtype) + 4 + 3 * 8 + 8 + extra
+
+    @classmethod
+    def planned_bytes(cls, spec, shape: CacheShape, total_frames: int) -> int:
+        slots = spec.tempcache.capacity_frames * shape.grid_hw[0] * shape.grid_hw[1] + 1  # + the trash slot
+        return shape.num_layers * shape.batch * shape.num_heads * slots * cls._slot_bytes(
+            spec.tempcache, shape.head_dim, shape.dtype)
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:
@@ -274,8 +306,7 @@ class TempCache(KVCache):
         return float((self.count[layer][:, :, : self.capacity] > 0).float().sum(-1).mean())
 
     def _bytes_per_slot(self) -> int:
-        extra = 8 * (bool(self.settings.max_spread_frames) + (self.settings.position == "weighted"))
-        return 2 * self.head_dim * element_size(self.dtype) + 4 + 3 * 8 + 8 + extra  # k, v, count, pos, update
+        return self._slot_bytes(self.settings, self.head_dim, self.dtype)
 
     def live_bytes(self) -> int:
         slots = sum(int((c[:, :, : self.capacity] > 0).sum()) for c in self.count)
