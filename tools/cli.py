@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
-                                   "bias-fold"])
+                                   "bias-fold", "matcher"])
     p.add_argument("--out", required=True)
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
     p.add_argument("--model", default="demo", choices=["demo", "wan-shapes"], help="rollout model")
