@@ -38,6 +38,10 @@ def run_bench(args) -> int:
         from .matcher import run_matcher_bench
 
         run_matcher_bench(out, frames=args.frames, model=args.model, seed=args.seed, repeats=args.repeats or 1)
+    elif args.what == "rotated-keys":
+        from .rotated_keys import run_rotated_keys_bench
+
+        run_rotated_keys_bench(out, frames=args.frames, model=args.model, seed=args.seed)
     elif args.what == "cost-model":
         from .cost_model import run_cost_model
 
