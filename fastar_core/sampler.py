@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..kernels import verification_turned_off
 from .attention import PassInfo
 from .caches.base import CacheShape, KVCache
 from .caches.spec import CacheSpec
@@ -30,6 +31,15 @@ from .runner import CausalRunner, TextState, add_noise, flow_to_x0
 from .schedule import FIRST_CHUNK_SCHEDULES, DenoisingSchedule, get_schedule
 
 SAMPLER_MODES = ("chunk", "rolling")
+MODE_CHOICES = ("auto", *SAMPLER_MODES)  # auto: rolling for the Rolling Forcing schedule, chunk otherwise
+ROLLING_SCHEDULES = ("rolling-forcing",)
+
+
+def resolve_mode(mode: str, schedule: DenoisingSchedule | str) -> str:
+    """The sampler mode a rollout runs: ``mode``, or for "auto" the one its schedule was trained with."""
+    if mode != "auto":
+        return mode
+    return "rolling" if get_schedule(schedule).name in ROLLING_SCHEDULES else "chunk"
 
 
 @dataclass
@@ -42,12 +52,17 @@ class RolloutConfig:
     seed: int = 0
     cache: CacheSpec = field(default_factory=CacheSpec)
     context_noise: float = 0.0  # sigma of the clean pass that writes the cache (0 in every released model)
-    mode: str = "chunk"
+    mode: str = "chunk"  # or "rolling", or "auto" (MODE_CHOICES)
     batch: int = 1
     channels: int = 16
     # The first generated chunk's own step list (Causal Forcing++: 4 steps for the first frame, then 1 or 2);
     # None: the schedule preset's own choice (FIRST_CHUNK_SCHEDULES), else the main schedule.
     first_chunk_schedule: DenoisingSchedule | str | None = None
+
+    @property
+    def sampler_mode(self) -> str:
+        """``mode`` with "auto" decided by the schedule."""
+        return resolve_mode(self.mode, self.schedule)
 
     def first_schedule(self, main: DenoisingSchedule) -> DenoisingSchedule:
         """The first generated chunk's schedule."""
@@ -61,8 +76,8 @@ class RolloutConfig:
             raise FastARError(f"num_frames must be >= 1 latent frame, got {self.num_frames}")
         if self.frames_per_block < 1:
             raise FastARError(f"frames_per_block must be >= 1, got {self.frames_per_block}")
-        if self.mode not in SAMPLER_MODES:
-            raise FastARError(f"sampler mode {self.mode!r} is not one of {', '.join(SAMPLER_MODES)}")
+        if self.mode not in MODE_CHOICES:
+            raise FastARError(f"sampler mode {self.mode!r} is not one of {', '.join(MODE_CHOICES)}")
         if not 0.0 <= self.context_noise < 1.0:
             raise FastARError(f"context_noise must be in [0, 1), got {self.context_noise}")
         if self.latent_height < 1 or self.latent_width < 1:
@@ -70,10 +85,10 @@ class RolloutConfig:
         self.cache.validate(self.frames_per_block)
         schedule = get_schedule(self.schedule)
         first = self.first_schedule(schedule)
-        if self.mode == "rolling" and first is not schedule:
+        if self.sampler_mode == "rolling" and first is not schedule:
             raise FastARError("a separate first-chunk schedule needs sampler mode 'chunk' (rolling mode denoises "
                               "several chunks together with one step list)")
-        if self.mode == "rolling" and self.cache.policy_class.rebuilds_each_chunk:
+        if self.sampler_mode == "rolling" and self.cache.policy_class.rebuilds_each_chunk:
             raise FastARError(f"the {self.cache.policy} cache rebuilds itself before every chunk, which needs "
                               "sampler mode 'chunk'")
         return schedule
@@ -121,7 +136,7 @@ class RolloutPlan:
 
 
 def plan_rollout(cfg: RolloutConfig, schedule: DenoisingSchedule, initial_frames: int) -> RolloutPlan:
-    return RolloutPlan(chunk_plan(initial_frames, cfg.num_frames, cfg.frames_per_block), cfg.mode,
+    return RolloutPlan(chunk_plan(initial_frames, cfg.num_frames, cfg.frames_per_block), cfg.sampler_mode,
                        schedule.num_steps, cfg.first_schedule(schedule).num_steps)
 
 
@@ -159,7 +174,8 @@ class ARSampler:
         g = self.runner.geometry
         shape = CacheShape(num_layers=g.num_layers, batch=cfg.batch, num_heads=g.num_heads, head_dim=g.head_dim,
                            grid_hw=grid_hw, dtype=self.runner.dtype, device=self.runner.device,
-                           frames_per_block=cfg.frames_per_block)
+                           frames_per_block=cfg.frames_per_block,
+                           rotated_keys=getattr(self.runner.attention, "wants_rotated_keys", False))
         return cfg.cache.build(shape, total_frames)
 
     def noise_source(self, cfg: RolloutConfig) -> NoiseSource:
@@ -206,13 +222,16 @@ class ARSampler:
                            callback=callback, cancel=cancel, step_callback=step_callback)
         self.runner.attention.begin_rollout(self.runner.num_layers)
         start = time.perf_counter()
+        # Kernel checks turned off by the attention's config stay off for this rollout only.
+        no_checks = not getattr(self.runner.attention, "verify_kernels", True)
         try:
-            if initial_latents is not None:
-                loop.commit_initial(initial_latents.to(self.runner.device, torch.float32))
-            if cfg.mode == "chunk":
-                loop.run_chunks()
-            else:
-                loop.run_rolling()
+            with verification_turned_off(no_checks):
+                if initial_latents is not None:
+                    loop.commit_initial(initial_latents.to(self.runner.device, torch.float32))
+                if cfg.sampler_mode == "chunk":
+                    loop.run_chunks()
+                else:
+                    loop.run_rolling()
             stats = cache.stats()
         finally:
             cache.free()

@@ -1,6 +1,6 @@
 """What every KV cache shares: the view it hands attention, the interface the runner drives, and memory checks.
 
-Every cache stores keys *before RoPE* with their (t, h, w) positions, allocates its buffers once per rollout,
+Every cache stores keys with their (t, h, w) positions, allocates its buffers once per rollout,
 and hands the runner a ``CacheView`` per layer: ``k, v, bias, positions``. ``bias`` is 0 for live entries,
 ``log(count)`` for merged groups (TempCache) and ``-inf`` for empty slots, so compressed caches plug into the
 same attention seam as the dense ones.
@@ -25,6 +25,9 @@ class CacheView:
     n_sink: int  # the first n_sink entries are sink tokens
     uniform: bool  # True when bias is 0 everywhere, so attention may skip it
     version: int = 0  # changes whenever the layer's entries change (commit, rewind): lets readers memoise
+    # True: ``k`` is already rotated by RoPE at ``positions`` (absolute), so attention rotates only the new tokens
+    # (at their absolute positions) and reads the cache as it is; False: pre-RoPE keys.
+    rotated: bool = False
 
     @property
     def length(self) -> int:
@@ -43,6 +46,9 @@ class CacheShape:
     dtype: torch.dtype = torch.float32
     device: torch.device | str = "cpu"
     frames_per_block: int = 1  # the rollout's chunk size (a window holds what a full chunk reads back)
+    # Keep keys rotated (RoPE at their absolute positions, once, at commit) where the cache can: the dense caches.
+    # Attention that clamps RoPE distances to the query needs pre-RoPE keys and leaves it off.
+    rotated_keys: bool = False
 
 
 def element_size(dtype) -> int:

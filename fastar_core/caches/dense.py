@@ -1,5 +1,9 @@
 """The dense caches: un-merged keys in a frame-granular ring buffer, one class per policy.
 
+With ``rotated_keys`` (what the dense attention asks for unless it clamps RoPE distances) keys are stored
+rotated at their absolute positions, rotated once when committed; only what a policy moves is rotated again
+(Rolling Forcing's re-positioned sink, by the shift, in the view's copy).
+
 - ``global``: every committed frame (the paper's unbounded dense baseline), sized for the whole rollout;
 - ``window``: LongLive's local attention: a chunk attends to ``window_frames`` frames in all, the ``sink`` first
   frames and the chunk itself included (LongLive's ``local_attn_size``), a ring buffer;
@@ -15,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..rope import grid_positions
+from ..rope import grid_positions, rotate
 from .base import CacheShape, CacheView, KVCache, check_fits, element_size
 
 
@@ -40,9 +44,11 @@ class DenseKVCache(KVCache):
         dtype=torch.float32,
         device="cpu",
         frames_per_block: int = 1,
+        rotated_keys: bool = False,
     ):
         super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
         self.frames_per_block = frames_per_block
+        self.rotated_keys = rotated_keys
         if capacity_frames <= sink_frames:
             raise FastARError(f"cache capacity ({capacity_frames} frames) must exceed the sink ({sink_frames} frames)")
         self.capacity_frames = capacity_frames
@@ -105,10 +111,12 @@ class DenseKVCache(KVCache):
             self.slot_frame[layer][slot] = f  # reserve now so the chunk's next frame takes another slot
             slots.append(slot)
         idx = self._token_index(slots)
+        positions = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], device=self.device)
+        if self.rotated_keys:
+            k = rotate(k, positions[None])
         self.k[layer].index_copy_(2, idx, k.to(self.dtype))
         self.v[layer].index_copy_(2, idx, v.to(self.dtype))
-        self.positions[layer, idx] = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1],
-                                                        device=self.device)
+        self.positions[layer, idx] = positions
         self.bias[layer, idx] = 0.0
         self.high_water[layer] = max(self.high_water[layer], max(slots) + 1)
         self.versions[layer] += 1
@@ -134,6 +142,7 @@ class DenseKVCache(KVCache):
             k=self.k[layer].index_select(2, idx), v=self.v[layer].index_select(2, idx),
             bias=torch.zeros(1, 1, idx.numel(), device=self.device), positions=self.positions[layer, idx][None],
             n_sink=n_sink_frames * self.tokens_per_frame, uniform=True, version=self.versions[layer],
+            rotated=self.rotated_keys,
         )
 
     def _held(self, layer: int, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -149,7 +158,7 @@ class DenseKVCache(KVCache):
         return CacheView(
             k=self.k[layer][:, :, :end], v=self.v[layer][:, :, :end], bias=self.bias[layer, :end][None, None],
             positions=self.positions[layer, :end][None], n_sink=n_sink, uniform=len(live) == self.high_water[layer],
-            version=self.versions[layer],
+            version=self.versions[layer], rotated=self.rotated_keys,
         )
 
     @staticmethod
@@ -315,7 +324,13 @@ class RollingCache(DenseKVCache):
         if sink:
             # Rolling Forcing keeps the sink un-RoPE'd and places it right before the working frames.
             first_after_sink = working[0][0] if working else query_start
-            view.positions[0, : len(sink) * self.tokens_per_frame, 0] += first_after_sink - len(sink) - sink[0][0]
+            shift = first_after_sink - len(sink) - sink[0][0]
+            n = len(sink) * self.tokens_per_frame
+            view.positions[0, :n, 0] += shift
+            if self.rotated_keys and shift:  # the view's own copy of the sink keys, rotated on by the shift
+                by = torch.zeros(1, n, 3, dtype=torch.long, device=self.device)
+                by[..., 0] = shift
+                view.k[:, :, :n] = rotate(view.k[:, :, :n], by)
         return view
 
 

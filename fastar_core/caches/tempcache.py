@@ -41,8 +41,10 @@ class TempCache(KVCache):
     keeps_sink = True
 
     def __init__(self, settings, sink_frames, num_layers, batch, num_heads, head_dim, grid_hw, dtype=torch.float32,
-                 device="cpu", frames_per_block=1):
-        """``settings``: a ``TempCacheSettings`` (threshold, capacity, representative, scope, matcher)."""
+                 device="cpu", frames_per_block=1, rotated_keys=False):
+        """``settings``: a ``TempCacheSettings`` (threshold, capacity, representative, scope, matcher). Keys stay
+        before RoPE whatever ``rotated_keys`` asks: merging compares content, and a group moves to its newest
+        member's position."""
         super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
         self.settings = settings
         self.sink_frames = sink_frames
