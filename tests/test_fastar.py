@@ -65,15 +65,16 @@ def test_the_quantized_search_finds_what_the_exact_one_finds_above_the_threshold
     assert torch.equal(q_sim >= 0.9, merges)  # the same keys merge ...
     assert torch.equal(q_idx[merges], idx[merges])  # ... into the same groups
     assert torch.allclose(q_sim[merges], sim[merges], atol=1e-6)  # decided on the exact cosine
-    # A near-tie: the bfloat16 scores cannot order two candidates, the exact rescoring does.
+    # Near-ties the bfloat16 scores cannot order: among the candidates the exact rescoring decides, and where more
+    # entries than the candidates lie within the rounding band, the key is rescored against every entry.
     base = torch.randn(1, 1, 1, 32, generator=g)
-    near = base + 1e-3 * torch.randn(1, 1, 1, 32, generator=g)
-    tie = torch.cat([base, near, torch.randn(1, 1, 8, 32, generator=g)], dim=2)
+    near = base + 1e-3 * torch.randn(1, 1, 6, 32, generator=g)
+    tie = torch.cat([near, torch.randn(1, 1, 8, 32, generator=g)], dim=2)
     query = base + 1e-4 * torch.randn(1, 1, 1, 32, generator=g)
-    e_idx, _ = exact_top1(query, tie)
-    t_idx, _ = quantized_top1(query, search_form(tie), tie, min_score=0.9, candidates=2)
-    one_idx, _ = quantized_top1(query, search_form(tie), tie, min_score=0.9, candidates=1)
-    assert torch.equal(t_idx, e_idx) and not torch.equal(one_idx, e_idx)
+    e_idx, e_sim = exact_top1(query, tie)
+    for candidates in (1, 2, 6, 8):
+        t_idx, t_sim = quantized_top1(query, search_form(tie), tie, min_score=0.9, candidates=candidates)
+        assert torch.equal(t_idx, e_idx) and torch.allclose(t_sim, e_sim, atol=1e-6), candidates
 
 
 def test_exact_top1_skips_invalid_entries_like_a_brute_force_search():

@@ -6,6 +6,8 @@
   made or changes (``TempCache`` keeps them beside the keys), so nothing is normalised or converted per chunk.
   The bfloat16 scores pick, for each new key whose best score could reach the merge threshold, its few best
   candidates; those are rescored exactly in fp32, which is what the threshold and the choice are decided on.
+  Where the bfloat16 scores cannot rule out the entries beyond those few (near-ties), the key is rescored
+  against every entry, so the answer is the exact matcher's, up to rounding.
 
 Why bfloat16 and not int8 codes: on this project's CPUs (AMX / AVX-512 BF16) a bfloat16 matmul costs 0.54 of the
 fp32 one at Wan's shapes and an int8 ``torch._int_mm`` 0.74; on CUDA both are tensor-core formats. A sign hash
@@ -74,15 +76,17 @@ def exact_top1(a: torch.Tensor, b: torch.Tensor, b_valid: torch.Tensor | None = 
 
 
 def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tensor, min_score: float,
-                   candidates: int = 4, chunk: int = CHUNK_ROWS):
-    """Top-1 of each row of ``a [B,H,N,D]`` among ``b``, for rows whose best cosine may reach ``min_score``.
+                   candidates: int = 4, chunk: int = CHUNK_ROWS, b_valid: torch.Tensor | None = None):
+    """``exact_top1(a, b_exact, b_valid, min_score=min_score)``'s answer for every row whose best cosine reaches
+    ``min_score`` (up to fp32 rounding in the rescoring), mostly from a bfloat16 search.
 
-    ``b_search [B,H,M,D]``: ``b`` in ``search_form`` (excluded entries all zero: score 0, below any positive
-    ``min_score``, which must exceed ``SEARCH_MARGIN``); ``b_exact``: the same entries as they are, for the
-    rescoring. Each row whose best bfloat16
-    score is within ``SEARCH_MARGIN`` of ``min_score`` has its ``candidates`` best rescored exactly and takes
-    the best of them: (index, exact cosine). Other rows get index 0 and their bfloat16 best, which is below
-    ``min_score`` (they cannot merge)."""
+    ``b_search [B,H,M,D]``: the entries in ``search_form``, excluded ones all zero (score 0, below any
+    ``min_score`` above ``SEARCH_MARGIN``); ``b_exact``: the entries as they are; ``b_valid``: which are
+    candidates (default: those nonzero in ``b_search``). A row whose best bfloat16 score is below
+    ``min_score - SEARCH_MARGIN`` cannot merge: it gets index 0 and that score. Otherwise its ``candidates`` best
+    bfloat16 scores are rescored exactly; the exact best is among them unless the next bfloat16 score is within
+    ``2 * SEARCH_MARGIN`` of the first (then an entry outside could beat them all), and such rows are rescored
+    exactly against every entry. Returns (index, cosine), as ``exact_top1``."""
     B, H, N, D = a.shape
     M = b_search.shape[2]
     idx = torch.zeros(B, H, N, dtype=torch.long, device=a.device)
@@ -94,6 +98,7 @@ def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tenso
     b_t = b_search.reshape(B * H, M, D).transpose(1, 2)
     b_exact = b_exact.reshape(B * H, M, D)
     k = min(candidates, M)
+    full = None  # per head: every entry normalised, excluded ones -inf; built only if a row needs it
     for start in range(0, N, chunk):
         end = min(N, start + chunk)
         scores = torch.bmm(a_search[:, start:end], b_t)  # [BH, n, M] bfloat16
@@ -102,15 +107,27 @@ def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tenso
         val, arg = approx, torch.zeros(approx.shape, dtype=torch.long, device=a.device)
         if bool(rows.any()):
             heads, where = rows.nonzero(as_tuple=True)
-            cand_score, cand = scores[heads, where].topk(k, dim=-1)  # [R, k]
-            reps = normalize(b_exact[heads[:, None], cand])  # [R, k, D]
-            cos = (reps * an[heads, start + where][:, None, :]).sum(-1)
+            # One more than the candidates: its score says whether an entry beyond them could still win.
+            cand_score, cand = scores[heads, where].topk(min(k + 1, M), dim=-1)  # [R, k (+ 1)]
+            cand_score, boundary, cand = cand_score[:, :k].float(), cand_score[:, k:].float(), cand[:, :k]
+            queries = an[heads, start + where]  # [R, D]
+            cos = (normalize(b_exact[heads[:, None], cand]) * queries[:, None, :]).sum(-1)
             # A candidate whose bfloat16 score is below the bar cannot reach it: an excluded entry (zero in the
             # search form) among too few real candidates, whose exact key would otherwise be rescored.
-            cos = cos.masked_fill(cand_score.float() < min_score - SEARCH_MARGIN, float("-inf"))
+            cos = cos.masked_fill(cand_score < min_score - SEARCH_MARGIN, float("-inf"))
             top, which = cos.max(dim=-1)
+            pick = cand.gather(1, which[:, None])[:, 0]
+            open_rows = (boundary[:, 0] >= cand_score[:, 0] - 2 * SEARCH_MARGIN) if k < M else None
+            if open_rows is not None and bool(open_rows.any()):
+                if full is None:
+                    valid = (b_search != 0).any(-1) if b_valid is None else b_valid
+                    full = (normalize(b_exact), valid.reshape(B * H, M))
+                for h in heads[open_rows].unique().tolist():
+                    sel = open_rows & (heads == h)
+                    sims = (queries[sel] @ full[0][h].T).masked_fill(~full[1][h], float("-inf"))
+                    top[sel], pick[sel] = sims.max(dim=-1)
             val[heads, where] = top
-            arg[heads, where] = cand.gather(1, which[:, None])[:, 0]
+            arg[heads, where] = pick
         best.view(B * H, N)[:, start:end] = val
         idx.view(B * H, N)[:, start:end] = arg
     return idx, best

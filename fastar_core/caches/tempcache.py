@@ -136,7 +136,7 @@ class TempCache(KVCache):
             if self.settings.merge_when == "full" or self.settings.max_spread_frames:  # candidates beyond the form's
                 search = search * valid[..., None].to(search.dtype)
             return quantized_top1(new_k, search, reps, self.settings.threshold - COSINE_SLACK,
-                                  candidates=self.settings.matcher_candidates)
+                                  candidates=self.settings.matcher_candidates, b_valid=valid)
         if self.settings.merge_scope == "shared":
             # Mean cosine over heads = cosine of the concatenation of per-head unit vectors.
             def flat(x):

@@ -26,7 +26,7 @@ from .report import line_plots, machine, write_json
 from .rollout import run_mode, timed_rollouts
 from .scenarios import CAPACITY_FRAMES, SINK_FRAMES, demo_scenario, wan_shapes_scenario
 
-CANDIDATES = (1, 4, 8)
+CANDIDATES = (4, 16)
 NEAR_BEST = 1e-3  # a group whose exact cosine is this close to the best one's is as good a match
 
 
@@ -50,7 +50,7 @@ def _shadowed_matches(candidates, tally: dict):
         merged = sim >= bar
         search = search_form(reps) * valid[..., None]
         for k in candidates:
-            q_idx, q_sim = quantized_top1(new_k, search.to(torch.bfloat16), reps, bar, candidates=k)
+            q_idx, q_sim = quantized_top1(new_k, search.to(torch.bfloat16), reps, bar, candidates=k, b_valid=valid)
             q_merged = q_sim >= bar
             t = tally.setdefault(k, {"keys": 0, "decisions_agree": 0, "both_merge": 0, "same_group": 0,
                                      "near_best": 0, "exact_merges": 0, "quantized_merges": 0})
