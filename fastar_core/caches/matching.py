@@ -25,7 +25,6 @@ import torch
 CHUNK_ROWS = 1024  # rows of the similarity matrix computed at once
 SEARCH_DTYPE = torch.bfloat16
 SEARCH_MARGIN = 3 * 2.0**-9 + 1e-3  # the bound above, with room for fp32 accumulation
-WIDE_CANDIDATES = 64  # the second look at rows the first candidates leave open, before every entry
 
 
 def normalize(x: torch.Tensor) -> torch.Tensor:
@@ -76,23 +75,6 @@ def exact_top1(a: torch.Tensor, b: torch.Tensor, b_valid: torch.Tensor | None = 
     return idx, best
 
 
-def _rescore(row_scores, queries, heads, b_exact, k: int, min_score: float):
-    """The ``k`` best bfloat16 candidates of each row rescored exactly: (best cosine, its index, whether an entry
-    beyond them could still beat them: the next bfloat16 score within ``2 * SEARCH_MARGIN`` of the first)."""
-    M = row_scores.shape[-1]
-    cand_score, cand = row_scores.topk(min(k + 1, M), dim=-1)  # one more: its score bounds every entry beyond
-    cand_score, boundary, cand = cand_score[:, :k].float(), cand_score[:, k:].float(), cand[:, :k]
-    cos = (normalize(b_exact[heads[:, None], cand]) * queries[:, None, :]).sum(-1)
-    # A candidate whose bfloat16 score is below the bar cannot reach it: an excluded entry (zero in the search
-    # form) among too few real candidates, whose exact key would otherwise be rescored.
-    cos = cos.masked_fill(cand_score < min_score - SEARCH_MARGIN, float("-inf"))
-    top, which = cos.max(dim=-1)
-    pick = cand.gather(1, which[:, None])[:, 0]
-    if boundary.shape[1] == 0:
-        return top, pick, torch.zeros_like(top, dtype=torch.bool)
-    return top, pick, boundary[:, 0] >= cand_score[:, 0] - 2 * SEARCH_MARGIN
-
-
 def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tensor, min_score: float,
                    candidates: int = 4, chunk: int = CHUNK_ROWS, b_valid: torch.Tensor | None = None):
     """``exact_top1(a, b_exact, b_valid, min_score=min_score)``'s answer for every row whose best cosine reaches
@@ -103,9 +85,8 @@ def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tenso
     candidates (default: those nonzero in ``b_search``). A row whose best bfloat16 score is below
     ``min_score - SEARCH_MARGIN`` cannot merge: it gets index 0 and that score. Otherwise its ``candidates`` best
     bfloat16 scores are rescored exactly; the exact best is among them unless the next bfloat16 score is within
-    ``2 * SEARCH_MARGIN`` of the first (then an entry outside could beat them all); such rows get a second look at
-    ``WIDE_CANDIDATES``, and the rows still open are rescored exactly against every entry. Returns (index,
-    cosine), as ``exact_top1``."""
+    ``2 * SEARCH_MARGIN`` of the first (then an entry outside could beat them all), and such rows are rescored
+    exactly against every entry. Returns (index, cosine), as ``exact_top1``."""
     B, H, N, D = a.shape
     M = b_search.shape[2]
     idx = torch.zeros(B, H, N, dtype=torch.long, device=a.device)
@@ -126,13 +107,18 @@ def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tenso
         val, arg = approx, torch.zeros(approx.shape, dtype=torch.long, device=a.device)
         if bool(rows.any()):
             heads, where = rows.nonzero(as_tuple=True)
-            row_scores, queries = scores[heads, where], an[heads, start + where]  # [R, M], [R, D]
-            top, pick, open_rows = _rescore(row_scores, queries, heads, b_exact, k, min_score)
-            if bool(open_rows.any()) and k < WIDE_CANDIDATES < M:  # near-ties: a wider look, for those rows only
-                sel = open_rows.nonzero()[:, 0]
-                top[sel], pick[sel], open_rows[sel] = _rescore(row_scores[sel], queries[sel], heads[sel], b_exact,
-                                                               WIDE_CANDIDATES, min_score)
-            if bool(open_rows.any()):  # still open: every entry, exactly
+            # One more than the candidates: its score says whether an entry beyond them could still win.
+            cand_score, cand = scores[heads, where].topk(min(k + 1, M), dim=-1)  # [R, k (+ 1)]
+            cand_score, boundary, cand = cand_score[:, :k].float(), cand_score[:, k:].float(), cand[:, :k]
+            queries = an[heads, start + where]  # [R, D]
+            cos = (normalize(b_exact[heads[:, None], cand]) * queries[:, None, :]).sum(-1)
+            # A candidate whose bfloat16 score is below the bar cannot reach it: an excluded entry (zero in the
+            # search form) among too few real candidates, whose exact key would otherwise be rescored.
+            cos = cos.masked_fill(cand_score < min_score - SEARCH_MARGIN, float("-inf"))
+            top, which = cos.max(dim=-1)
+            pick = cand.gather(1, which[:, None])[:, 0]
+            open_rows = (boundary[:, 0] >= cand_score[:, 0] - 2 * SEARCH_MARGIN) if k < M else None
+            if open_rows is not None and bool(open_rows.any()):
                 if full is None:
                     valid = (b_search != 0).any(-1) if b_valid is None else b_valid
                     full = (normalize(b_exact), valid.reshape(B * H, M))
