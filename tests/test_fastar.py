@@ -69,12 +69,13 @@ def test_the_quantized_search_finds_what_the_exact_one_finds_above_the_threshold
     # entries than the candidates lie within the rounding band, the key is rescored against every entry.
     base = torch.randn(1, 1, 1, 32, generator=g)
     near = base + 1e-3 * torch.randn(1, 1, 6, 32, generator=g)
-    tie = torch.cat([near, torch.randn(1, 1, 8, 32, generator=g)], dim=2)
     query = base + 1e-4 * torch.randn(1, 1, 1, 32, generator=g)
-    e_idx, e_sim = exact_top1(query, tie)
-    for candidates in (1, 2, 6, 8):
-        t_idx, t_sim = quantized_top1(query, search_form(tie), tie, min_score=0.9, candidates=candidates)
-        assert torch.equal(t_idx, e_idx) and torch.allclose(t_sim, e_sim, atol=1e-6), candidates
+    for others in (8, 100):
+        tie = torch.cat([near, torch.randn(1, 1, others, 32, generator=g)], dim=2)
+        e_idx, e_sim = exact_top1(query, tie)
+        for candidates in (1, 2, 6, 8):
+            t_idx, t_sim = quantized_top1(query, search_form(tie), tie, min_score=0.9, candidates=candidates)
+            assert torch.equal(t_idx, e_idx) and torch.allclose(t_sim, e_sim, atol=1e-6), (others, candidates)
 
 
 def test_exact_top1_skips_invalid_entries_like_a_brute_force_search():
