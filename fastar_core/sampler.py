@@ -39,7 +39,8 @@ def resolve_mode(mode: str, schedule: DenoisingSchedule | str) -> str:
     """The sampler mode a rollout runs: ``mode``, or for "auto" the one its schedule was trained with."""
     if mode != "auto":
         return mode
-    return "rolling" if get_schedule(schedule).name in ROLLING_SCHEDULES else "chunk"
+    name = schedule.name if isinstance(schedule, DenoisingSchedule) else schedule
+    return "rolling" if name in ROLLING_SCHEDULES else "chunk"
 
 
 @dataclass

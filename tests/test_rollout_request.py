@@ -24,7 +24,7 @@ def test_mode_auto_is_decided_by_the_engine_for_the_cli_and_the_nodes_alike():
     assert args.mode == "auto"
     assert RolloutConfig(1, 2, 2, schedule=args.schedule, mode=args.mode).sampler_mode == "rolling"
     assert node_mode(RolloutSettings(mode="auto"), "rolling-forcing") == "rolling"
-    for schedule in ("self-forcing", "causvid", "0.9,0.5"):
+    for schedule in ("self-forcing", "causvid", "0.9,0.5", "custom"):  # "custom": the name of given sigmas
         assert resolve_mode("auto", schedule) == "chunk" == node_mode(RolloutSettings(), schedule)
     assert resolve_mode("rolling", "self-forcing") == "rolling"
 
