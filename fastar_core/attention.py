@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels import attention as kernel_attention
-from ..kernels import register_host_backend, set_verification
+from ..kernels import register_host_backend
 from .caches.base import CacheView
 from .rope import apply_rope, rope_cos_sin, rotate
 
@@ -71,16 +71,20 @@ class DenseAttention:
     def __init__(self, backend: str = "auto", rope_max_distance: int | None = None, verify_kernels: bool = True):
         self.backend = backend
         self.rope_max_distance = rope_max_distance
-        self.verify_kernels = verify_kernels  # False: no first-use kernel checks from this rollout on
-        self._current_tables: tuple = (None, None)  # (positions tensor, cos/sin) of the pass being run
+        self.verify_kernels = verify_kernels  # False: no first-use kernel checks during its rollouts (the sampler)
+        self._current_tables: tuple = (None, None, None)  # (positions tensor, absolute?, cos/sin) of the pass
         self._rotated_cache: dict = {}  # layer -> (key, rotated cache keys), CPU only
 
     def begin_rollout(self, num_layers: int) -> None:
         """Called once before a rollout; stateful variants reset here."""
-        if not self.verify_kernels:
-            set_verification(False)
-        self._current_tables = (None, None)
+        self._current_tables = (None, None, None)
         self._rotated_cache = {}
+
+    @property
+    def wants_rotated_keys(self) -> bool:
+        """Whether caches may hand over keys rotated at absolute positions: not when distances are clamped to
+        each query (``rope_max_distance``), which rotates every key relative to the pass."""
+        return self.rope_max_distance is None
 
     def chunk_stats(self) -> dict:
         """Figures reported with every finished chunk (FAST-AR: density, recall, prompt tokens kept)."""
@@ -92,19 +96,24 @@ class DenseAttention:
         return info.num_frames - 1 - self.rope_max_distance
 
     def rotate_inputs(self, layer: int, q, k, positions, view: CacheView | None, info: PassInfo):
-        """RoPE on queries, current keys and cache keys, at positions relative to this pass.
+        """RoPE on queries, current keys and cache keys, at positions relative to this pass; or, where the cache
+        holds keys rotated already (``view.rotated``), on the queries and current keys alone at their absolute
+        positions.
 
         The runner passes one positions tensor per forward, so the current tokens' tables are computed once per
         pass, not per layer. On a CPU, rotated cache keys are also kept while the layer's cache is unchanged
         (every denoising step of a chunk reads the same entries at the same relative positions); on a GPU
         rotating is cheap and the extra copy of the keys would cost memory."""
-        if self._current_tables[0] is not positions:
-            cur = relative_positions(positions, info.frame_start, None)[None]
-            self._current_tables = (positions, rope_cos_sin(cur, q.shape[-1]))
-        cos, sin = self._current_tables[1]
+        absolute = view is not None and view.rotated  # the cache's keys are rotated at absolute positions
+        if self._current_tables[0] is not positions or self._current_tables[1] != absolute:
+            cur = positions[None] if absolute else relative_positions(positions, info.frame_start, None)[None]
+            self._current_tables = (positions, absolute, rope_cos_sin(cur, q.shape[-1]))
+        cos, sin = self._current_tables[2]
         q_rot, k_rot = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if view is None:
             return q_rot, k_rot, None
+        if view.rotated:
+            return q_rot, k_rot, view.k.to(k.dtype)
         min_t = self._min_t(info)
         key = (view.version, view.length, info.frame_start, info.num_frames, min_t, k.dtype)
         memo = self._rotated_cache.get(layer) if view.k.device.type == "cpu" else None

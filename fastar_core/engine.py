@@ -11,14 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .attention import DenseAttention
-from .caches.spec import CACHE_POLICIES, CacheSpec, TempCacheSettings
+from .caches.spec import POLICIES, CacheSpec, TempCacheSettings
 from .errors import FastARError
 from .fastar.attention import FastARAttention
 from .fastar.config import FastARConfig, get_preset
 from .sampler import ARSampler
 
-# What users may ask for: a concrete policy, or "auto" (TempCache when FAST-AR turns it on, else global).
-CACHE_CHOICES = ("auto", *CACHE_POLICIES)
+
+def cache_choices() -> tuple[str, ...]:
+    """What users may ask for: a registered policy, or "auto" (TempCache when FAST-AR turns it on, else global)."""
+    return ("auto", *POLICIES)
+
+
+CACHE_CHOICES = cache_choices()  # as registered at import (the nodes' combo lists)
 
 
 @dataclass(frozen=True)
@@ -46,8 +51,8 @@ def resolve_settings(*, preset: str = "off", cache_policy: str = "auto", tempcac
     ``tempcache`` forces the preset's TempCache on or off; ``tempcache_overrides`` (threshold,
     capacity_frames, ...) and ``attention_overrides`` (annca, annsa, bits, ...) refine the preset."""
     chosen = get_preset(preset)
-    if cache_policy not in CACHE_CHOICES:
-        raise FastARError(f"cache policy {cache_policy!r} is not one of {', '.join(CACHE_CHOICES)}")
+    if cache_policy not in cache_choices():
+        raise FastARError(f"cache policy {cache_policy!r} is not one of {', '.join(cache_choices())}")
     wants_tempcache = chosen.tempcache is not None if tempcache is None else tempcache
     policy = cache_policy
     if policy == "auto":

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..kernels import verification_turned_off
 from .attention import PassInfo
 from .caches.base import CacheShape, KVCache
 from .caches.spec import CacheSpec
@@ -34,6 +35,16 @@ from .schedule import FIRST_CHUNK_SCHEDULES, DenoisingSchedule, get_schedule
 from .unipc import solve_chunk_unipc
 
 SAMPLER_MODES = ("chunk", "rolling")
+MODE_CHOICES = ("auto", *SAMPLER_MODES)  # auto: rolling for the Rolling Forcing schedule, chunk otherwise
+ROLLING_SCHEDULES = ("rolling-forcing",)
+
+
+def resolve_mode(mode: str, schedule: DenoisingSchedule | str) -> str:
+    """The sampler mode a rollout runs: ``mode``, or for "auto" the one its schedule was trained with."""
+    if mode != "auto":
+        return mode
+    name = schedule.name if isinstance(schedule, DenoisingSchedule) else schedule
+    return "rolling" if name in ROLLING_SCHEDULES else "chunk"
 
 
 @dataclass
@@ -46,7 +57,7 @@ class RolloutConfig:
     seed: int = 0
     cache: CacheSpec = field(default_factory=CacheSpec)
     context_noise: float = 0.0  # sigma of the clean pass that writes the cache (0 in every released model)
-    mode: str = "chunk"
+    mode: str = "chunk"  # or "rolling", or "auto" (MODE_CHOICES)
     batch: int = 1
     channels: int = 16
     # The first generated chunk's own step list (Causal Forcing++: 4 steps for the first frame, then 1 or 2);
@@ -64,6 +75,11 @@ class RolloutConfig:
     # timestep 0) before and after every step, instead of being committed as clean context before the rollout
     image_in_first_chunk: bool = False
 
+    @property
+    def sampler_mode(self) -> str:
+        """``mode`` with "auto" decided by the schedule."""
+        return resolve_mode(self.mode, self.schedule)
+
     def first_schedule(self, main: DenoisingSchedule) -> DenoisingSchedule:
         """The first generated chunk's schedule."""
         if self.first_chunk_schedule is not None:
@@ -76,8 +92,8 @@ class RolloutConfig:
             raise FastARError(f"num_frames must be >= 1 latent frame, got {self.num_frames}")
         if self.frames_per_block < 1:
             raise FastARError(f"frames_per_block must be >= 1, got {self.frames_per_block}")
-        if self.mode not in SAMPLER_MODES:
-            raise FastARError(f"sampler mode {self.mode!r} is not one of {', '.join(SAMPLER_MODES)}")
+        if self.mode not in MODE_CHOICES:
+            raise FastARError(f"sampler mode {self.mode!r} is not one of {', '.join(MODE_CHOICES)}")
         if not 0.0 <= self.context_noise < 1.0:
             raise FastARError(f"context_noise must be in [0, 1), got {self.context_noise}")
         if self.latent_height < 1 or self.latent_width < 1:
@@ -93,15 +109,15 @@ class RolloutConfig:
                 raise FastARError("multi-shot prompts need sampler mode 'chunk'")
         schedule = get_schedule(self.schedule)
         first = self.first_schedule(schedule)
-        if self.image_in_first_chunk and (schedule.solver != "unipc" or self.mode != "chunk"):
+        if self.image_in_first_chunk and (schedule.solver != "unipc" or self.sampler_mode != "chunk"):
             raise FastARError("image_in_first_chunk is LongLive 2.0's image-to-video: it needs a UniPC schedule "
                               "(longlive2) in sampler mode 'chunk'")
-        if self.mode == "rolling" and schedule.solver != "dmd":
+        if self.sampler_mode == "rolling" and schedule.solver != "dmd":
             raise FastARError(f"the {schedule.name} schedule's {schedule.solver} solver needs sampler mode 'chunk'")
-        if self.mode == "rolling" and first is not schedule:
+        if self.sampler_mode == "rolling" and first is not schedule:
             raise FastARError("a separate first-chunk schedule needs sampler mode 'chunk' (rolling mode denoises "
                               "several chunks together with one step list)")
-        if self.mode == "rolling" and self.cache.policy_class.rebuilds_each_chunk:
+        if self.sampler_mode == "rolling" and self.cache.policy_class.rebuilds_each_chunk:
             raise FastARError(f"the {self.cache.policy} cache rebuilds itself before every chunk, which needs "
                               "sampler mode 'chunk'")
         return schedule
@@ -155,7 +171,7 @@ class RolloutPlan:
 
 
 def plan_rollout(cfg: RolloutConfig, schedule: DenoisingSchedule, initial_frames: int) -> RolloutPlan:
-    return RolloutPlan(chunk_plan(initial_frames, cfg.num_frames, cfg.frames_per_block), cfg.mode,
+    return RolloutPlan(chunk_plan(initial_frames, cfg.num_frames, cfg.frames_per_block), cfg.sampler_mode,
                        schedule.num_steps, cfg.first_schedule(schedule).num_steps)
 
 
@@ -194,7 +210,8 @@ class ARSampler:
         # Under sequence parallelism a rank caches its own heads only.
         shape = CacheShape(num_layers=g.num_layers, batch=cfg.batch, num_heads=self.runner.local_heads,
                            head_dim=g.head_dim, grid_hw=grid_hw, dtype=self.runner.dtype, device=self.runner.device,
-                           frames_per_block=cfg.frames_per_block)
+                           frames_per_block=cfg.frames_per_block,
+                           rotated_keys=getattr(self.runner.attention, "wants_rotated_keys", False))
         return cfg.cache.build(shape, total_frames)
 
     def noise_source(self, cfg: RolloutConfig) -> NoiseSource:
@@ -247,13 +264,16 @@ class ARSampler:
                            callback=callback, cancel=cancel, step_callback=step_callback, first_frame=first_frame)
         self.runner.attention.begin_rollout(self.runner.num_layers)
         start = time.perf_counter()
+        # Kernel checks turned off by the attention's config stay off for this rollout only.
+        no_checks = not getattr(self.runner.attention, "verify_kernels", True)
         try:
-            if initial_latents is not None:
-                loop.commit_initial(initial_latents.to(self.runner.device, torch.float32))
-            if cfg.mode == "chunk":
-                loop.run_chunks()
-            else:
-                loop.run_rolling()
+            with verification_turned_off(no_checks):
+                if initial_latents is not None:
+                    loop.commit_initial(initial_latents.to(self.runner.device, torch.float32))
+                if cfg.sampler_mode == "chunk":
+                    loop.run_chunks()
+                else:
+                    loop.run_rolling()
             stats = cache.stats()
         finally:
             cache.free()
@@ -364,22 +384,11 @@ class RolloutLoop:
             self._recache(frame_start, segment.recache_frames)
 
     def _recache(self, frame_start: int, n: int):
-        """LongLive's recache (its ``_recache_after_switch``): the last ``n`` clean frames (a window: at most the
-        frames it attends, its ``local_attn_size``) are re-encoded under the new prompt in one pass, every one
-        seeing all the others. When they reach back to frame 0 (a switch within the first window), the pass
-        starts there and re-encodes the sink as well: LongLive protects its sink only in a recompute that does
-        not start at frame 0. Otherwise the kept sink, whose keys stay the old prompt's, is seen and not
-        re-encoded, and a window re-encodes no more than it holds besides the sink."""
-        spec = self.cfg.cache
-        sink = spec.sink_frames if spec.policy in ("window", "rolling", "tempcache") else 0
-        if spec.policy == "window":
-            n = min(n, spec.window_frames)
-        if frame_start - n <= 0:
-            first = 0
-        else:
-            if spec.policy == "window":
-                n = min(n, spec.window_frames - sink)
-            first = max(sink, frame_start - n)
+        """LongLive's recache (its ``_recache_after_switch``): the clean frames still in reach are re-encoded
+        under the new prompt in one pass, every one seeing all the others; the cache policy says where it starts
+        (``recache_start``: from frame 0, the sink included, when the frames reach back there, as LongLive's own
+        recache does; otherwise never the sink, whose keys stay the old prompt's)."""
+        first = self.cache.recache_start(self.cfg.cache, frame_start, n)
         if first >= frame_start:
             return
         self.cache.rewind(first)

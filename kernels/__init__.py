@@ -14,7 +14,7 @@ from .host_backends import register_host_backend, registered_host_backends, unre
 from .merge import merge_attention_states
 from .sparse_attention import sparse_attention
 from .sparse_layout import SparseLayout, build_sparse_layout
-from .verify import set_verification, verification_enabled
+from .verify import set_verification, verification_enabled, verification_turned_off
 
 __all__ = [
     "BackendUnavailableError",
@@ -35,4 +35,5 @@ __all__ = [
     "sparse_attention",
     "unregister_host_backend",
     "verification_enabled",
+    "verification_turned_off",
 ]

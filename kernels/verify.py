@@ -9,7 +9,8 @@ but raises on a real call is marked and skipped the same way. So a kernel broken
 warning and the torch speed, never a failed run or a wrong picture.
 
 Turned off (no probe and no fallback: the chosen backend runs and its errors propagate, which is what a benchmark
-wants) with ``FASTAR_VERIFY_KERNELS=0`` or ``set_verification(False)``.
+wants) with ``FASTAR_VERIFY_KERNELS=0`` or ``set_verification(False)`` for the process, or within a block (one
+rollout) with ``verification_turned_off()``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -69,6 +71,20 @@ def set_verification(enabled: bool | None) -> None:
     """Turn first-use verification on or off for this process; None goes back to the environment variable."""
     global _enabled
     _enabled = None if enabled is None else bool(enabled)
+
+
+@contextmanager
+def verification_turned_off(off: bool = True):
+    """Within the block (a rollout), first-use verification is off when ``off``; the process setting it had
+    before comes back after."""
+    global _enabled
+    before = _enabled
+    if off:
+        _enabled = False
+    try:
+        yield
+    finally:
+        _enabled = before
 
 
 def verification_enabled() -> bool:

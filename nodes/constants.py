@@ -3,7 +3,7 @@
 from ..fastar_core import video_geometry
 from ..fastar_core.engine import CACHE_CHOICES
 from ..fastar_core.fastar.config import BACKENDS, PRESET_NAMES
-from ..fastar_core.sampler import SAMPLER_MODES as ENGINE_SAMPLER_MODES
+from ..fastar_core.sampler import MODE_CHOICES
 
 CATEGORY = "FAST-AR"
 
@@ -35,7 +35,7 @@ SCHEDULE_PRESETS = {
 }
 # The engine's own names, so a node can never offer a choice the engine refuses.
 CACHE_POLICIES = CACHE_CHOICES
-SAMPLER_MODES = ("auto", *ENGINE_SAMPLER_MODES)
+SAMPLER_MODES = MODE_CHOICES
 FASTAR_PRESETS = PRESET_NAMES
 FASTAR_BACKENDS = (*BACKENDS, "comfy")  # "comfy": ComfyUI's attention, registered by host.py inside ComfyUI
 SWITCH = ("preset", "on", "off")  # a FAST-AR component: as the preset says, or forced

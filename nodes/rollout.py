@@ -14,6 +14,7 @@ import torch
 from ..fastar_core.engine import EngineSettings, build_sampler
 from ..fastar_core.errors import FastARError, GenerationCancelled
 from ..fastar_core.sampler import RolloutConfig, RolloutResult, plan_rollout
+from ..fastar_core.sampler import resolve_mode as engine_resolve_mode
 from ..fastar_core.schedule import get_schedule
 from ..fastar_core.video_geometry import pixel_size
 from .model_access import ARModel
@@ -50,9 +51,7 @@ def resolve_settings_for(model: ARModel, settings: RolloutSettings) -> EngineSet
 
 
 def resolve_mode(settings: RolloutSettings, schedule_name: str) -> str:
-    if settings.mode != "auto":
-        return settings.mode
-    return "rolling" if schedule_name == "rolling-forcing" else "chunk"
+    return engine_resolve_mode(settings.mode, schedule_name)  # the engine decides "auto", as for the CLI
 
 
 def initial_latents(model: ARModel, schedule: ARPromptSchedule, latent_h: int, latent_w: int):

@@ -4,7 +4,14 @@ import json
 
 import pytest
 
-from comfyui_fastar.tools.bench.cost_model import WAN_1_3B, ModelShape, cost_table, modelled_speedup, rollout_flops
+from comfyui_fastar.tools.bench.cost_model import (
+    WAN_1_3B,
+    CacheCost,
+    ModelShape,
+    cost_table,
+    modelled_speedup,
+    rollout_flops,
+)
 from comfyui_fastar.tools.cli import main
 
 
@@ -14,10 +21,11 @@ def test_rollout_flops_match_a_count_by_hand():
     # chunk 0 (nothing cached): projections 48 + FFN 32 + cross 8 + self 8 = 96, twice (step and clean pass);
     # chunk 1 (one frame cached, the last chunk: no clean pass): 48 + 32 + 8 + self 16 = 104.
     assert rollout_flops(s, 2)["total"] == 2 * 96 + 104
-    assert rollout_flops(s, 2, capacity_frames=0)["total"] == 2 * 96 + 96
-    assert modelled_speedup(s, 2, 0) == pytest.approx(296 / 288)
+    assert rollout_flops(s, 2, CacheCost.bounded(0))["total"] == 2 * 96 + 96
+    assert modelled_speedup(s, 2, CacheCost.bounded(0)) == pytest.approx(296 / 288)
     # TempCache's matching: chunk 1's clean pass matches against chunk 0's key (frames 3, no sink).
-    assert rollout_flops(s, 3, capacity_frames=5, tempcache=True, sink_frames=0)["parts"]["tempcache_matching"] == 4
+    matching = rollout_flops(s, 3, CacheCost.bounded(5, tempcache=True, sink_frames=0))["parts"]["tempcache_matching"]
+    assert matching == 4
 
 
 def test_bounded_caches_gain_more_the_longer_the_video():

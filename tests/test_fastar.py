@@ -8,9 +8,10 @@ import torch
 
 from comfyui_fastar.fastar_core.attention import DenseAttention, PassInfo
 from comfyui_fastar.fastar_core.caches import CacheSpec, GlobalCache, TempCache, TempCacheSettings
+from comfyui_fastar.fastar_core.caches.matching import exact_top1, quantized_top1, search_form
 from comfyui_fastar.fastar_core.engine import build_sampler, resolve_settings
 from comfyui_fastar.fastar_core.errors import FastARError
-from comfyui_fastar.fastar_core.fastar.ann import LSHMatcher, QuantMatcher, exact_top1
+from comfyui_fastar.fastar_core.fastar.ann import LSHMatcher
 from comfyui_fastar.fastar_core.fastar.attention import FastARAttention
 from comfyui_fastar.fastar_core.fastar.config import PRESETS, FastARConfig, get_preset
 from comfyui_fastar.fastar_core.rope import rope_axes
@@ -48,19 +49,33 @@ def test_hash_projections_have_their_own_seeded_generator():
     assert torch.equal(state, torch.random.get_rng_state())
 
 
-def test_matchers_against_exact_top1():
+def test_the_quantized_search_finds_what_the_exact_one_finds_above_the_threshold():
     g = torch.Generator().manual_seed(0)
-    reps = torch.randn(1, 2, 200, 32, generator=g)
-    noisy = reps[:, :, :50] + 0.02 * torch.randn(1, 2, 50, 32, generator=g)
-    idx, sim = exact_top1(noisy, reps, chunk=7)
-    assert torch.equal(idx, torch.arange(50).expand(1, 2, 50))
-    assert (sim > 0.99).all()
-    lsh_idx, lsh_sim = LSHMatcher(2, 32, bits=4, tables=4, seed=1).top1(noisy, reps)
-    assert (lsh_idx == idx).float().mean() > 0.9
-    q_idx, q_sim = QuantMatcher(2, 32).top1(noisy, reps)
-    assert (q_idx == idx).float().mean() > 0.95
-    buckets = QuantMatcher(2, 32, bits=3).buckets(reps)
-    assert buckets.shape == (1, 2, 200) and buckets.max() < 8 and len(buckets.unique()) > 2
+    reps = torch.randn(1, 2, 300, 32, generator=g)
+    valid = torch.ones(1, 2, 300, dtype=torch.bool)
+    valid[:, :, :20] = False  # the sink and empty slots: zero in the search form
+    search = search_form(reps) * valid[..., None]
+    # Near-copies of cached keys (they merge), and fresh keys (they do not).
+    noisy = torch.cat([reps[:, :, 20:120] + 0.05 * torch.randn(1, 2, 100, 32, generator=g),
+                       torch.randn(1, 2, 100, 32, generator=g)], dim=2)
+    idx, sim = exact_top1(noisy, reps, valid, chunk=7)
+    q_idx, q_sim = quantized_top1(noisy, search, reps, min_score=0.9, chunk=7)
+    merges = sim >= 0.9
+    assert merges[..., :100].all() and not merges[..., 100:].any()
+    assert torch.equal(q_sim >= 0.9, merges)  # the same keys merge ...
+    assert torch.equal(q_idx[merges], idx[merges])  # ... into the same groups
+    assert torch.allclose(q_sim[merges], sim[merges], atol=1e-6)  # decided on the exact cosine
+    # Near-ties the bfloat16 scores cannot order: among the candidates the exact rescoring decides, and where more
+    # entries than the candidates lie within the rounding band, the key is rescored against every entry.
+    base = torch.randn(1, 1, 1, 32, generator=g)
+    near = base + 1e-3 * torch.randn(1, 1, 6, 32, generator=g)
+    query = base + 1e-4 * torch.randn(1, 1, 1, 32, generator=g)
+    for others in (8, 100):
+        tie = torch.cat([near, torch.randn(1, 1, others, 32, generator=g)], dim=2)
+        e_idx, e_sim = exact_top1(query, tie)
+        for candidates in (1, 2, 6, 8):
+            t_idx, t_sim = quantized_top1(query, search_form(tie), tie, min_score=0.9, candidates=candidates)
+            assert torch.equal(t_idx, e_idx) and torch.allclose(t_sim, e_sim, atol=1e-6), (others, candidates)
 
 
 def test_exact_top1_skips_invalid_entries_like_a_brute_force_search():

@@ -185,7 +185,7 @@ def test_input_errors_are_not_swallowed_by_the_fallback(monkeypatch):
         attention(q, q, q, backend="triton")
 
 
-def test_the_fastar_setting_turns_the_check_off_for_the_process(model, monkeypatch):
+def test_the_fastar_setting_turns_the_check_off_for_its_rollout(model, monkeypatch):
     from comfyui_fastar.tools.args import settings_from_arguments
     from comfyui_fastar.tools.cli import build_parser
 
@@ -197,4 +197,4 @@ def test_the_fastar_setting_turns_the_check_off_for_the_process(model, monkeypat
     seam = FastARAttention(config.with_overrides(backend="triton"), HEAD64.num_heads, 64)
     with pytest.raises(RuntimeError, match="PTX compile failed"):
         rollout(model, seam)  # no check, no fallback: the kernel's own error
-    assert not verify.verification_enabled()
+    assert verify.verification_enabled()  # on again after that rollout (it failed, too)

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from comfyui_fastar.fastar_core.caches import TempCache, TempCacheSettings
+from comfyui_fastar.fastar_core.caches.matching import search_form
 
 TPF = 4  # tokens per frame (grid 2 x 2)
 H, D = 2, 8
@@ -22,13 +23,14 @@ H, D = 2, 8
     scope=st.sampled_from(["head", "shared"]),
     time=st.sampled_from([{}, {"similarity": "rotated"}, {"max_spread_frames": 2}, {"position": "weighted"},
                           {"merge_when": "full"}]),
+    matcher=st.sampled_from(["exact", "quantized"]),
 )
 def test_tempcache_invariants(seed, threshold, capacity, sink, frames_per_chunk, chunks, representative, scope,
-                              time):
+                              time, matcher):
     if capacity < sink + frames_per_chunk:
         capacity = sink + frames_per_chunk + 1
     cfg = TempCacheSettings(threshold=threshold, capacity_frames=capacity, representative=representative,
-                            merge_scope=scope, **time)
+                            merge_scope=scope, matcher=matcher, **time)
     cache = TempCache(cfg, sink, num_layers=1, batch=1, num_heads=H, head_dim=D, grid_hw=(2, 2))
     g = torch.Generator().manual_seed(seed)
     pool = torch.randn(1, H, 6, D, generator=g)  # a few recurring "objects" so that merges happen
@@ -68,6 +70,11 @@ def test_tempcache_invariants(seed, threshold, capacity, sink, frames_per_chunk,
         if cache.first is not None:  # no group spans more frames than allowed
             spread = newest_t - cache.first[0][:, :, : view.length]
             assert (spread[held] <= cfg.max_spread_frames).all()
+        if cache.search is not None:  # the search form is every live group's key, normalised; zero elsewhere
+            candidate = (count > 0)[..., None]
+            candidate[:, :, : cache.sink_tokens] = False
+            want = torch.where(candidate, search_form(cache.k[0][:, :, : cache.capacity]), 0)
+            assert torch.equal(cache.search[0][:, :, : cache.capacity], want.to(cache.search[0].dtype))
         if cfg.merge_when == "full" and committed <= cache.capacity - cache.sink_tokens:
             assert cache.merges[0] == 0  # still room for every key: nothing merged, exactly dense
     assert buffers == [(t.shape, t.data_ptr()) for t in (cache.k[0], cache.v[0], cache.count[0], cache.pos[0])]

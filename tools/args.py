@@ -3,13 +3,13 @@ engine settings by the engine's own ``resolve_settings`` (the same function the 
 
 from __future__ import annotations
 
-from ..fastar_core.engine import CACHE_CHOICES, EngineSettings, resolve_settings
+from ..fastar_core.engine import EngineSettings, cache_choices, resolve_settings
 from ..fastar_core.fastar.config import BACKENDS, PRESET_NAMES, parse_layers
 
 
 def add_cache_arguments(p) -> None:
     g = p.add_argument_group("KV cache")
-    g.add_argument("--cache", default="auto", choices=list(CACHE_CHOICES),
+    g.add_argument("--cache", default="auto", choices=list(cache_choices()),
                    help="cache policy (auto: tempcache when the FAST-AR preset turns it on, else global)")
     g.add_argument("--sink", type=int, help="sink frames kept for good (window, rolling, tempcache; default 3); "
                                             "recompute: first frames kept in its context (Krea keep_first_frame: 1)")

@@ -109,12 +109,20 @@ def check_contradictions(args) -> None:
     if args.calibration is not None and args.layers != "auto":
         raise FastARError("--calibration is read only with --layers auto; add --layers auto or drop --calibration")
     policy = "tempcache" if uses_tempcache(args) else ("global" if args.cache == "auto" else args.cache)
-    if args.window is not None and policy not in ("window", "recompute"):
-        raise FastARError(f"--window sizes the window and recompute caches, but this run's cache is {policy}; add "
-                          "--cache window or drop --window")
-    if args.sink is not None and policy == "global":
-        raise FastARError("--sink sets the frames the window, rolling and TempCache caches keep for good; the "
-                          "global cache keeps every frame: drop --sink or pick another --cache")
+    _check_size_option(args.window, "--window", "window_frames", policy)
+    _check_size_option(args.sink, "--sink", "sink_frames", policy)
+
+
+def _check_size_option(value, flag: str, field: str, policy: str) -> None:
+    """A size option the run's cache policy does not read is refused, naming the policies that do."""
+    from ..fastar_core.caches.spec import POLICIES
+
+    cls = POLICIES.get(policy)
+    if value is None or cls is None or field in cls.size_fields:
+        return
+    readers = [name for name, c in POLICIES.items() if field in c.size_fields]
+    raise FastARError(f"{flag} sizes the {', '.join(readers)} caches, but this run's cache is {policy}, which "
+                      f"has no such size: add --cache {readers[0]} or drop {flag}")
 
 
 def check_sizes(args) -> None:
@@ -263,22 +271,20 @@ def check_against_model(args, inputs: Inputs, cfg) -> None:
                               f"layers 0..{cfg.num_layers - 1} (calibrate this model)")
 
 
-def rollout_bytes(cfg, frames: int, latent_h: int, latent_w: int, cache_frames: int, dtype_bytes: int,
-                  chunk_frames: int) -> dict:
-    """The rollout's memory that is sure to be allocated: the output latent, the KV cache, one chunk's
-    activations (a lower bound: the attention's own buffers come on top)."""
+def rollout_bytes(cfg, frames: int, latent_h: int, latent_w: int, cache_bytes: int, chunk_frames: int) -> dict:
+    """The rollout's memory that is sure to be allocated: the output latent, the KV cache (as its policy counts
+    it), one chunk's activations (a lower bound: the attention's own buffers come on top)."""
     _, ph, pw = cfg.patch_size
     tokens_per_frame = (latent_h // ph) * (latent_w // pw)
     latent = cfg.in_dim * frames * latent_h * latent_w * 4
-    cache = cfg.num_layers * 2 * cache_frames * tokens_per_frame * cfg.dim * dtype_bytes
     chunk_tokens = chunk_frames * tokens_per_frame
     activations = chunk_tokens * (cfg.ffn_dim + 8 * cfg.dim) * 4
-    return {"latent": latent, "cache": cache, "activations": activations}
+    return {"latent": latent, "cache": cache_bytes, "activations": activations}
 
 
-def check_rollout_memory(args, cfg, device, cache_frames: int, dtype: torch.dtype) -> None:
-    parts = rollout_bytes(cfg, args.frames, args.height // 8, args.width // 8, cache_frames,
-                          torch.empty((), dtype=dtype).element_size(), min(args.frames, args.frames_per_block))
+def check_rollout_memory(args, cfg, device, cache_bytes: int) -> None:
+    parts = rollout_bytes(cfg, args.frames, args.height // 8, args.width // 8, cache_bytes,
+                          min(args.frames, args.frames_per_block))
     total = sum(parts.values())
     detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
     check_fits(total, device, f"--frames {args.frames} at {args.width}x{args.height} ({detail})",

@@ -33,7 +33,10 @@ def _add_generate(sub):
     p.add_argument("--first-schedule", default=None,
                    help="the first chunk's own step list (a preset or sigmas; Causal Forcing++'s first frame takes "
                         "self-forcing, which its presets already choose)")
-    p.add_argument("--mode", default="chunk", choices=["chunk", "rolling"], help="rolling = Rolling Forcing window")
+    from ..fastar_core.sampler import MODE_CHOICES
+
+    p.add_argument("--mode", default="auto", choices=list(MODE_CHOICES),
+                   help="rolling = Rolling Forcing window; auto: rolling for the rolling-forcing schedule, else chunk")
     p.add_argument("--frames-per-block", type=int, default=3,
                    help="latent frames denoised together per chunk (3 for Self-Forcing, 1 for Causal Forcing)")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")
@@ -73,7 +76,8 @@ def build_parser() -> OneLineParser:
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
-                                   "bias-fold"], help="which benchmark (kernels and gpu-rollout need a GPU)")
+                                   "bias-fold", "matcher", "rotated-keys"],
+                   help="which benchmark (kernels and gpu-rollout need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
     p.add_argument("--model", default="demo", choices=["demo", "wan-shapes"], help="rollout model")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..fastar_core.caches.base import CacheShape
 from ..fastar_core.caches.spec import CacheSpec
 from ..fastar_core.checkpoint import build_model, load_checkpoint
 from ..fastar_core.errors import FastARError
@@ -38,17 +39,13 @@ def pick_device(name: str | None) -> torch.device:
     return checks.parse_device(name)
 
 
-def cache_frames(spec: CacheSpec, total_frames: int, frames_per_block: int) -> int:
-    """Frames' worth of keys and values the cache allocates."""
-    if spec.policy == "tempcache":
-        return spec.tempcache.capacity_frames
-    if spec.policy == "window":  # what a full chunk reads back (window_frames counts the chunk too)
-        return spec.window_frames - frames_per_block
-    if spec.policy == "recompute":
-        return spec.window_frames
-    if spec.policy == "rolling":
-        return spec.rolling_capacity
-    return total_frames
+def planned_cache_bytes(spec: CacheSpec, cfg, args, dtype: torch.dtype) -> int:
+    """Bytes the rollout's cache will allocate, as its policy counts them."""
+    _, ph, pw = cfg.patch_size
+    shape = CacheShape(num_layers=cfg.num_layers, batch=1, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
+                       grid_hw=(args.height // 8 // ph, args.width // 8 // pw), dtype=dtype,
+                       frames_per_block=args.frames_per_block)
+    return spec.policy_class.planned_bytes(spec, shape, args.frames)
 
 
 def run_generate(args) -> int:
@@ -87,7 +84,7 @@ def _run(args, inputs, device, parallel) -> int:
         _, ph, pw = cfg.patch_size
         parallel.check_geometry(cfg.num_heads, (args.height // 8 // ph) * (args.width // 8 // pw))
         check_settings(spec, fastar)
-    checks.check_rollout_memory(args, cfg, device, cache_frames(spec, args.frames, args.frames_per_block), ckpt.dtype)
+    checks.check_rollout_memory(args, cfg, device, planned_cache_bytes(spec, cfg, args, ckpt.dtype))
     if ckpt.mixed_dtypes:
         print(f"note: the file mixes dtypes {ckpt.file_dtypes}; all weights run as {ckpt.summary()['dtype']}")
     model = build_model(ckpt, device=device)

@@ -1,6 +1,6 @@
 """What every KV cache shares: the view it hands attention, the interface the runner drives, and memory checks.
 
-Every cache stores keys *before RoPE* with their (t, h, w) positions, allocates its buffers once per rollout,
+Every cache stores keys with their (t, h, w) positions, allocates its buffers once per rollout,
 and hands the runner a ``CacheView`` per layer: ``k, v, bias, positions``. ``bias`` is 0 for live entries,
 ``log(count)`` for merged groups (TempCache) and ``-inf`` for empty slots, so compressed caches plug into the
 same attention seam as the dense ones.
@@ -25,6 +25,9 @@ class CacheView:
     n_sink: int  # the first n_sink entries are sink tokens
     uniform: bool  # True when bias is 0 everywhere, so attention may skip it
     version: int = 0  # changes whenever the layer's entries change (commit, rewind): lets readers memoise
+    # True: ``k`` is already rotated by RoPE at ``positions`` (absolute), so attention rotates only the new tokens
+    # (at their absolute positions) and reads the cache as it is; False: pre-RoPE keys.
+    rotated: bool = False
 
     @property
     def length(self) -> int:
@@ -43,6 +46,9 @@ class CacheShape:
     dtype: torch.dtype = torch.float32
     device: torch.device | str = "cpu"
     frames_per_block: int = 1  # the rollout's chunk size (a window holds what a full chunk reads back)
+    # Keep keys rotated (RoPE at their absolute positions, once, at commit) where the cache can: the dense caches.
+    # Attention that clamps RoPE distances to the query needs pre-RoPE keys and leaves it off.
+    rotated_keys: bool = False
 
 
 def element_size(dtype) -> int:
@@ -57,10 +63,19 @@ def check_fits(device: torch.device, nbytes: int, what: str) -> None:
 
 class KVCache(ABC):
     """Interface shared by every cache policy. A policy also implements ``from_spec`` (build it from a
-    ``CacheSpec``) and ``check_spec`` (refuse sizes it cannot honour) and is listed in ``spec.POLICIES``."""
+    ``CacheSpec``) and ``check_spec`` (refuse sizes it cannot honour) and is listed in ``spec.POLICIES``.
+
+    A policy also knows itself from its spec alone, before anything is allocated: which spec fields it reads,
+    how it reads in a report, how many frames it allocates, attends to, matches against and rebuilds, whether
+    it keeps a sink, what a prompt switch re-encodes, and its memory. Reports, the sampler, the command line's
+    checks, the memory check and the cost model ask these, so a new policy changes nothing outside its class
+    and its line in ``spec.POLICIES``."""
 
     policy = "base"
     rebuilds_each_chunk = False  # True: the sampler rebuilds it before every chunk (``context_frames``, ``reset``)
+    # The CacheSpec fields this policy reads; options that set any other are refused as doing nothing.
+    size_fields: tuple[str, ...] = ()
+    keeps_sink = False  # its first ``sink_frames`` frames stay for good (never evicted, merged or recached)
 
     def __init__(self, num_layers, batch, num_heads, head_dim, grid_hw, dtype, device):
         self.num_layers = num_layers
@@ -82,6 +97,55 @@ class KVCache(ABC):
     @classmethod  # noqa: B027 - most policies accept any size
     def check_spec(cls, spec, frames_per_block: int) -> None:
         """Raise ``FastARError`` when ``spec``'s sizes cannot hold a chunk of ``frames_per_block`` frames."""
+
+    # -- the policy from its spec (no cache built) --------------------------------------------------------------
+    @classmethod
+    def describe(cls, spec) -> str:
+        """One line for reports: the policy and the sizes it uses."""
+        return cls.policy
+
+    @classmethod
+    def sink(cls, spec) -> int:
+        """Frames kept for good."""
+        return spec.sink_frames if cls.keeps_sink else 0
+
+    @classmethod
+    @abstractmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        """Frames' worth of keys and values allocated for a rollout of ``total_frames`` frames."""
+
+    @classmethod
+    @abstractmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        """Cached frames a chunk of ``frames_per_block`` frames attends to beside itself, once ``committed``
+        frames are committed (merged TempCache groups counted as a full cache: its most)."""
+
+    @classmethod
+    def matched_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        """Frames' worth of cached keys each new key is compared with when a clean pass commits (TempCache)."""
+        return 0
+
+    @classmethod
+    def rebuilt_frames(cls, spec, frame_start: int, frames_per_block: int) -> int:
+        """Frames re-encoded, block-causally at positions 0.., before the chunk at ``frame_start`` (recompute);
+        such a cache takes no clean pass after its chunk."""
+        return 0
+
+    @classmethod
+    def recache_start(cls, spec, frame_start: int, frames: int) -> int:
+        """First frame a prompt switch at ``frame_start`` re-encodes when asked for ``frames`` frames (LongLive's
+        recache). When they reach back to frame 0 (a switch within the first window) the recache starts there
+        and re-encodes the sink too, as LongLive's does (it protects its sink only in a recompute that does not
+        start at frame 0); otherwise never the sink. ``frame_start`` or more: nothing to re-encode."""
+        if frame_start - frames <= 0:
+            return 0
+        return max(cls.sink(spec), frame_start - frames)
+
+    @classmethod
+    @abstractmethod
+    def planned_bytes(cls, spec, shape: CacheShape, total_frames: int) -> int:
+        """Bytes the cache allocates for ``shape`` and a rollout of ``total_frames`` frames (what
+        ``allocated_bytes`` will report), known before anything is allocated."""
 
     # -- reading ---------------------------------------------------------------------------------------------
     @abstractmethod

@@ -1,5 +1,9 @@
 """The dense caches: un-merged keys in a frame-granular ring buffer, one class per policy.
 
+With ``rotated_keys`` (what the dense attention asks for unless it clamps RoPE distances) keys are stored
+rotated at their absolute positions, rotated once when committed; only what a policy moves is rotated again
+(Rolling Forcing's re-positioned sink, by the shift, in the view's copy).
+
 - ``global``: every committed frame (the paper's unbounded dense baseline), sized for the whole rollout;
 - ``window``: LongLive's local attention: a chunk attends to ``window_frames`` frames in all, the ``sink`` first
   frames and the chunk itself included (LongLive's ``local_attn_size``), a ring buffer;
@@ -15,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..rope import grid_positions
+from ..rope import grid_positions, rotate
 from .base import CacheShape, CacheView, KVCache, check_fits, element_size
 
 
@@ -40,9 +44,11 @@ class DenseKVCache(KVCache):
         dtype=torch.float32,
         device="cpu",
         frames_per_block: int = 1,
+        rotated_keys: bool = False,
     ):
         super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
         self.frames_per_block = frames_per_block
+        self.rotated_keys = rotated_keys
         if capacity_frames <= sink_frames:
             raise FastARError(f"cache capacity ({capacity_frames} frames) must exceed the sink ({sink_frames} frames)")
         self.capacity_frames = capacity_frames
@@ -113,6 +119,9 @@ class DenseKVCache(KVCache):
             self.slot_frame[layer][slot] = f  # reserve now so the chunk's next frame takes another slot
             slots.append(slot)
         idx = self._token_index(slots)
+        positions = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], device=self.device)
+        if self.rotated_keys:
+            k = rotate(k, positions[None])
         self.k[layer].index_copy_(2, idx, k.to(self.dtype))
         self.v[layer].index_copy_(2, idx, v.to(self.dtype))
         self.positions[layer, idx] = positions
@@ -142,6 +151,7 @@ class DenseKVCache(KVCache):
             k=self.k[layer].index_select(2, idx), v=self.v[layer].index_select(2, idx),
             bias=torch.zeros(1, 1, idx.numel(), device=self.device), positions=self.positions[layer, idx][None],
             n_sink=n_sink_frames * self.tokens_per_frame, uniform=True, version=self.versions[layer],
+            rotated=self.rotated_keys,
         )
 
     def _held(self, layer: int, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -159,12 +169,23 @@ class DenseKVCache(KVCache):
         return CacheView(
             k=self.k[layer][:, :, :end], v=self.v[layer][:, :, :end], bias=self.bias[layer, :end][None, None],
             positions=self.positions[layer, :end][None], n_sink=n_sink, uniform=len(live) == self.high_water[layer],
-            version=self.versions[layer],
+            version=self.versions[layer], rotated=self.rotated_keys,
         )
 
+    @staticmethod
+    def _token_bytes(num_layers, batch, num_heads, head_dim, dtype) -> int:
+        """Bytes per cached token over every layer: k and v, three int64 positions and a float32 bias."""
+        per_layer = 2 * batch * num_heads * head_dim * element_size(dtype)
+        return (per_layer + 3 * 8 + 4) * num_layers
+
     def _bytes_per_token(self) -> int:
-        per_layer = 2 * self.batch * self.num_heads * self.head_dim * element_size(self.dtype)
-        return (per_layer + 3 * 8 + 4) * self.num_layers
+        return self._token_bytes(self.num_layers, self.batch, self.num_heads, self.head_dim, self.dtype)
+
+    @classmethod
+    def planned_bytes(cls, spec, shape: CacheShape, total_frames: int) -> int:
+        frames = cls.allocated_frames(spec, total_frames, shape.frames_per_block)
+        tokens = frames * shape.grid_hw[0] * shape.grid_hw[1]
+        return tokens * cls._token_bytes(shape.num_layers, shape.batch, shape.num_heads, shape.head_dim, shape.dtype)
 
     def live_bytes(self) -> int:
         return len(self._live_slots()) * self.tokens_per_frame * self._bytes_per_token()
@@ -186,12 +207,35 @@ class WindowCache(DenseKVCache):
     the chunk itself included (its ``local_attn_size``; 12 with a 3-frame sink for LongLive 1.0)."""
 
     policy = "window"
+    size_fields = ("sink_frames", "window_frames")
+    keeps_sink = True
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> WindowCache:
-        # Holds what a full chunk reads back: the sink and window_frames - sink - chunk recent frames.
-        return cls(**vars(shape), capacity_frames=spec.window_frames - shape.frames_per_block,
+        return cls(**vars(shape), capacity_frames=cls.allocated_frames(spec, total_frames, shape.frames_per_block),
                    sink_frames=spec.sink_frames, attend_frames=spec.window_frames)
+
+    @classmethod
+    def describe(cls, spec) -> str:
+        return f"window ({spec.window_frames} frames attended, sink {spec.sink_frames} and the chunk included)"
+
+    @classmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        # What a full chunk reads back: the sink and window_frames - sink - chunk recent frames.
+        return spec.window_frames - frames_per_block
+
+    @classmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        return min(committed, spec.window_frames - frames_per_block)
+
+    @classmethod
+    def recache_start(cls, spec, frame_start: int, frames: int) -> int:
+        # At most the frames a chunk attends (local_attn_size); once clear of frame 0, no more than the window holds
+        # besides the sink.
+        frames = min(frames, spec.window_frames)
+        if frame_start - frames <= 0:
+            return 0
+        return super().recache_start(spec, frame_start, min(frames, spec.window_frames - cls.sink(spec)))
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:
@@ -221,6 +265,18 @@ class GlobalCache(DenseKVCache):
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> GlobalCache:
         return cls(**vars(shape), capacity_frames=total_frames, sink_frames=0)
 
+    @classmethod
+    def describe(cls, spec) -> str:
+        return "global (every frame kept)"
+
+    @classmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        return total_frames
+
+    @classmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        return committed
+
     def prepare_commit(self, frame_start: int, num_frames: int) -> None:
         if frame_start + num_frames > self.capacity_frames:
             raise FastARError(
@@ -234,11 +290,27 @@ class RollingCache(DenseKVCache):
     """Rolling Forcing's cache: ``rolling_capacity`` frames kept, at most ``rolling_attend`` attended."""
 
     policy = "rolling"
+    size_fields = ("sink_frames", "rolling_capacity", "rolling_attend")
+    keeps_sink = True
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> RollingCache:
         return cls(**vars(shape), capacity_frames=spec.rolling_capacity, sink_frames=spec.sink_frames,
                    attend_frames=spec.rolling_attend)
+
+    @classmethod
+    def describe(cls, spec) -> str:
+        return f"rolling (sink {spec.sink_frames}, capacity {spec.rolling_capacity}, attend {spec.rolling_attend})"
+
+    @classmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        return spec.rolling_capacity
+
+    @classmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        # A chunk of frames_per_block queries: rolling_attend frames in all, the queries included, in the
+        # denoising passes (sink + working frames) and in the clean pass (the most recent frames) alike.
+        return min(committed, spec.rolling_attend - frames_per_block, spec.rolling_capacity)
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:
@@ -267,7 +339,13 @@ class RollingCache(DenseKVCache):
         if sink:
             # Rolling Forcing keeps the sink un-RoPE'd and places it right before the working frames.
             first_after_sink = working[0][0] if working else query_start
-            view.positions[0, : len(sink) * self.tokens_per_frame, 0] += first_after_sink - len(sink) - sink[0][0]
+            shift = first_after_sink - len(sink) - sink[0][0]
+            n = len(sink) * self.tokens_per_frame
+            view.positions[0, :n, 0] += shift
+            if self.rotated_keys and shift:  # the view's own copy of the sink keys, rotated on by the shift
+                by = torch.zeros(1, n, 3, dtype=torch.long, device=self.device)
+                by[..., 0] = shift
+                view.k[:, :, :n] = rotate(view.k[:, :, :n], by)
         return view
 
 
@@ -283,6 +361,7 @@ class RecomputeCache(DenseKVCache):
 
     policy = "recompute"
     rebuilds_each_chunk = True
+    size_fields = ("sink_frames", "window_frames")
 
     def __init__(self, *, window_frames: int, anchor_frames: int, **shape):
         super().__init__(**shape, capacity_frames=window_frames, sink_frames=0)
@@ -292,6 +371,27 @@ class RecomputeCache(DenseKVCache):
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> RecomputeCache:
         return cls(window_frames=spec.window_frames, anchor_frames=spec.sink_frames, **vars(shape))
+
+    @classmethod
+    def describe(cls, spec) -> str:
+        return (f"recompute (rebuilt before every chunk from {spec.sink_frames} first + the most recent frames; "
+                f"{spec.window_frames} frames attended, the chunk included)")
+
+    @classmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        return spec.window_frames
+
+    @classmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        return cls.rebuilt_frames(spec, committed, frames_per_block)
+
+    @classmethod
+    def rebuilt_frames(cls, spec, frame_start: int, frames_per_block: int) -> int:
+        return min(frame_start, spec.window_frames - frames_per_block)
+
+    @classmethod
+    def recache_start(cls, spec, frame_start: int, frames: int) -> int:
+        return frame_start  # rebuilt under the new prompt before every chunk anyway
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:

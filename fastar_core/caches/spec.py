@@ -26,7 +26,7 @@ CACHE_POLICIES = tuple(POLICIES)
 
 REPRESENTATIVES = ("last", "mean")
 MERGE_SCOPES = ("head", "shared")
-MATCHERS = ("exact", "lsh", "quant")
+MATCHERS = ("exact", "quantized")
 SIMILARITIES = ("content", "rotated")
 POSITIONS = ("newest", "weighted")
 MERGE_WHEN = ("always", "full")
@@ -40,11 +40,10 @@ class TempCacheSettings:
     capacity_frames: int = 21  # hard cap in frames' worth of tokens, sink included
     representative: str = "last"  # key kept for a group: the newest ("last", the paper's) or the mean
     merge_scope: str = "head"  # merge decisions per head, or shared across heads
-    matcher: str = "exact"  # top-1 search: exact chunked matmul, LSH buckets, or int8 quantized
-    matcher_bits: int = 6  # LSH bits per table, or coarse-quantizer bits, of the approximate matchers
-    matcher_tables: int = 4
-    quant_bits: int = 8
-    seed: int = 0  # the approximate matchers' projections come from a generator seeded here
+    # Top-1 search (caches/matching.py): "exact" fp32 matmul (the reference), or "quantized": a bfloat16 search
+    # over representatives kept in that form, its best matcher_candidates rescored exactly.
+    matcher: str = "exact"
+    matcher_candidates: int = 4
     # Time (see caches/tempcache.py): compare keys before RoPE ("content") or after it, each at its own position
     # ("rotated"); close a group to keys further than this many frames from its oldest member (0: never); place
     # a group at its newest member's time or at the count-weighted mean of its members' times.
@@ -66,12 +65,8 @@ class TempCacheSettings:
                               ("merge_when", MERGE_WHEN)):
             if getattr(self, name) not in allowed:
                 bad(name, getattr(self, name), ", ".join(allowed))
-        if not (1 <= self.matcher_bits <= 16):
-            bad("matcher_bits", self.matcher_bits, "1..16")
-        if not (1 <= self.matcher_tables <= 8):
-            bad("matcher_tables", self.matcher_tables, "1..8")
-        if not (2 <= self.quant_bits <= 8):
-            bad("quant_bits", self.quant_bits, "2..8")
+        if not (1 <= self.matcher_candidates <= 64):
+            bad("matcher_candidates", self.matcher_candidates, "1..64")
         if self.max_spread_frames < 0:
             bad("max_spread_frames", self.max_spread_frames, "0 (no limit) or a number of frames")
         return self
@@ -111,21 +106,7 @@ class CacheSpec:
 
     def describe(self) -> str:
         """One line for reports: the policy and the sizes it uses."""
-        if self.policy == "window":
-            return f"window ({self.window_frames} frames attended, sink {self.sink_frames} and the chunk included)"
-        if self.policy == "recompute":
-            return (f"recompute (rebuilt before every chunk from {self.sink_frames} first + the most recent frames; "
-                    f"{self.window_frames} frames attended, the chunk included)")
-        if self.policy == "rolling":
-            return (f"rolling (sink {self.sink_frames}, capacity {self.rolling_capacity}, "
-                    f"attend {self.rolling_attend})")
-        if self.policy == "tempcache":
-            t = self.tempcache
-            return (f"tempcache (sink {self.sink_frames}, capacity {t.capacity_frames} frames, threshold "
-                    f"{t.threshold}, matcher {t.matcher})")
-        if self.policy == "global":
-            return "global (every frame kept)"
-        return self.policy
+        return self.policy_class.describe(self)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,10 +1,11 @@
 """TempCache: a KV cache bounded by merging temporally corresponding keys.
 
 After each chunk's clean pass, per layer (and per head by default), each new pre-RoPE key is matched to the
-cache's representative keys (top-1 cosine, exact or ANN). At ``cos >= threshold`` it joins that group:
-count += 1, the value becomes the running mean, the representative key and its position become the newest
-(``last``, the paper's choice; ``mean`` as an option). Otherwise it is inserted as a new group. Attention then
-adds ``log(count)`` to each group's logit, which is exact for identical keys at identical positions (Lemma 5.1).
+cache's representative keys (top-1 cosine: exact, or quantized with exact rescoring; ``matching.py``). At
+``cos >= threshold`` it joins that group: count += 1, the value becomes the running mean, the representative key
+and its position become the newest (``last``, the paper's choice; ``mean`` as an option). Otherwise it is
+inserted as a new group. Attention then adds ``log(count)`` to each group's logit, which is exact for identical
+keys at identical positions (Lemma 5.1).
 
 Time (RoPE). Keys are cached before RoPE and rotated at attention time by their position relative to the
 query, so merging is exact only for identical keys at identical positions. Two copies of one content at
@@ -26,9 +27,9 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..fastar.ann import LSHMatcher, QuantMatcher, exact_top1
 from ..rope import grid_positions, rotate
 from .base import CacheShape, CacheView, KVCache, check_fits, element_size
+from .matching import SEARCH_DTYPE, SEARCH_MARGIN, exact_top1, quantized_top1, search_form
 
 # Equal keys can differ in the last bits after normalisation; a threshold of 1.0 must still merge them.
 COSINE_SLACK = 1e-6
@@ -36,10 +37,14 @@ COSINE_SLACK = 1e-6
 
 class TempCache(KVCache):
     policy = "tempcache"
+    size_fields = ("sink_frames", "tempcache")
+    keeps_sink = True
 
     def __init__(self, settings, sink_frames, num_layers, batch, num_heads, head_dim, grid_hw, dtype=torch.float32,
-                 device="cpu", frames_per_block=1):
-        """``settings``: a ``TempCacheSettings`` (threshold, capacity, representative, scope, matcher)."""
+                 device="cpu", frames_per_block=1, rotated_keys=False):
+        """``settings``: a ``TempCacheSettings`` (threshold, capacity, representative, scope, matcher). Keys stay
+        before RoPE whatever ``rotated_keys`` asks: merging compares content, and a group moves to its newest
+        member's position."""
         super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
         self.settings = settings
         self.sink_frames = sink_frames
@@ -69,11 +74,45 @@ class TempCache(KVCache):
         # Tokens that left with evicted groups, per (batch, head): live counts + these = tokens committed.
         self.evicted_tokens = [torch.zeros(B, H, device=self.device) for _ in range(num_layers)]
         self._pending = None
-        self._matcher = self._make_matcher()
+        # The quantized search's copy of every representative, written when the group is made or changes
+        # (zero for the sink and empty slots, which then never reach a positive threshold).
+        self.search = ([torch.zeros(B, H, C, D, dtype=SEARCH_DTYPE, device=self.device) for _ in range(num_layers)]
+                       if self._searches(settings) else None)
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> TempCache:
         return cls(spec.tempcache, spec.sink_frames, **vars(shape))
+
+    @classmethod
+    def describe(cls, spec) -> str:
+        t = spec.tempcache
+        return (f"tempcache (sink {spec.sink_frames}, capacity {t.capacity_frames} frames, threshold "
+                f"{t.threshold}, matcher {t.matcher})")
+
+    @classmethod
+    def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
+        return spec.tempcache.capacity_frames
+
+    @classmethod
+    def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        return min(committed, spec.tempcache.capacity_frames)
+
+    @classmethod
+    def matched_frames(cls, spec, committed: int, frames_per_block: int) -> int:
+        return max(0, cls.attended_frames(spec, committed, frames_per_block) - spec.sink_frames)
+
+    @staticmethod
+    def _slot_bytes(settings, head_dim: int, dtype) -> int:
+        """Bytes per group slot: k, v, count, position, last update, and the optional oldest/sum of times."""
+        extra = 8 * (bool(settings.max_spread_frames) + (settings.position == "weighted"))
+        search = head_dim * element_size(SEARCH_DTYPE) if TempCache._searches(settings) else 0
+        return 2 * head_dim * element_size(dtype) + 4 + 3 * 8 + 8 + extra + search
+
+    @classmethod
+    def planned_bytes(cls, spec, shape: CacheShape, total_frames: int) -> int:
+        slots = spec.tempcache.capacity_frames * shape.grid_hw[0] * shape.grid_hw[1] + 1  # + the trash slot
+        return shape.num_layers * shape.batch * shape.num_heads * slots * cls._slot_bytes(
+            spec.tempcache, shape.head_dim, shape.dtype)
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:
@@ -82,18 +121,22 @@ class TempCache(KVCache):
             raise FastARError(f"TempCache capacity_frames = {spec.tempcache.capacity_frames} is too small: it must "
                               f"be >= sink_frames + one chunk = {spec.sink_frames + frames_per_block} frames")
 
-    def _make_matcher(self):
-        c = self.settings
-        if c.matcher == "lsh":
-            return LSHMatcher(self.num_heads, self.head_dim, c.matcher_bits, c.matcher_tables, seed=c.seed + 17,
-                              multiprobe=True, device=self.device)
-        if c.matcher == "quant":
-            return QuantMatcher(self.num_heads, self.head_dim, c.quant_bits, c.matcher_bits, seed=c.seed + 17,
-                                device=self.device)
-        return None
+    @staticmethod
+    def _searches(settings) -> bool:
+        """Whether the quantized search runs: it compares content keys per head. Rotated keys change with the
+        query's position and a shared scope compares concatenated heads, so those keep the exact search."""
+        return (settings.matcher == "quantized" and settings.similarity == "content"
+                and settings.merge_scope == "head" and settings.threshold - COSINE_SLACK > SEARCH_MARGIN)
 
     # -- matching -------------------------------------------------------------------------------------------
-    def _top1(self, new_k, reps, valid):
+    def _top1(self, layer, new_k, reps, valid):
+        if self.search is not None:
+            hw = reps.shape[2]
+            search = self.search[layer][:, :, :hw]
+            if self.settings.merge_when == "full" or self.settings.max_spread_frames:  # candidates beyond the form's
+                search = search * valid[..., None].to(search.dtype)
+            return quantized_top1(new_k, search, reps, self.settings.threshold - COSINE_SLACK,
+                                  candidates=self.settings.matcher_candidates, b_valid=valid)
         if self.settings.merge_scope == "shared":
             # Mean cosine over heads = cosine of the concatenation of per-head unit vectors.
             def flat(x):
@@ -104,14 +147,12 @@ class TempCache(KVCache):
             idx, sim = exact_top1(flat(new_k), flat(reps), valid.all(dim=1, keepdim=True))
             H = self.num_heads
             return idx.expand(-1, H, -1), sim.expand(-1, H, -1)
-        if self._matcher is None and self.settings.threshold > COSINE_SLACK:
+        if self.settings.threshold > COSINE_SLACK:
             # A merge needs a cosine of at least the threshold, above 0, which an excluded entry zeroed out
             # (cosine 0) can never reach: the same merges as masking it to -inf, without a mask over the scores.
             return exact_top1(new_k, reps * valid[..., None].to(reps.dtype), None,
                               min_score=self.settings.threshold - COSINE_SLACK)
-        if self._matcher is None:
-            return exact_top1(new_k, reps, valid)
-        return self._matcher.top1(new_k, reps, valid)
+        return exact_top1(new_k, reps, valid)
 
     # -- writing --------------------------------------------------------------------------------------------
     def prepare_commit(self, frame_start: int, num_frames: int) -> None:
@@ -161,7 +202,7 @@ class TempCache(KVCache):
             k_cmp = rotate(k_new, positions[None])
             reps = rotate(reps, self._attention_positions(layer, hw))
 
-        idx, sim = self._top1(k_cmp, reps, candidates)
+        idx, sim = self._top1(layer, k_cmp, reps, candidates)
         accept = sim >= self.settings.threshold - COSINE_SLACK
         trash = torch.full_like(idx, C)
 
@@ -192,6 +233,8 @@ class TempCache(KVCache):
         count.scatter_(2, dest, torch.ones_like(dest, dtype=count.dtype))
         pos.scatter_(2, dest4.expand(-1, -1, -1, 3), positions.expand(B, H, N, 3))
         upd.scatter_(2, dest, torch.full_like(dest, frame))
+        if self.search is not None:
+            self.search[layer].scatter_(2, dest4.expand(-1, -1, -1, D), search_form(k_new))
         if self.first is not None:
             self.first[layer].scatter_(2, dest, positions[:, 0].expand(B, H, N))
         if self.t_sum is not None:
@@ -225,6 +268,9 @@ class TempCache(KVCache):
         else:
             rep = k_new.float().gather(2, src[..., None].expand(-1, -1, -1, D))
         K.copy_(torch.where(merged[..., None], rep, K.float()).to(K.dtype))
+        if self.search is not None:
+            S = self.search[layer]
+            S.copy_(torch.where(merged[..., None], search_form(rep), S))
         pos.copy_(torch.where(merged[..., None], positions[src], pos))
         upd.masked_fill_(merged, frame)
         if self.t_sum is not None:
@@ -244,6 +290,8 @@ class TempCache(KVCache):
             if frame > 0:  # a re-encode from frame 0 replaces the sink too
                 stale[:, :, : self.sink_tokens] = False
             self.count[layer].masked_fill_(stale, 0.0)
+            if self.search is not None:
+                self.search[layer].masked_fill_(stale[..., None], 0)
 
     # -- reading --------------------------------------------------------------------------------------------
     def _attention_positions(self, layer: int, hw: int) -> torch.Tensor:
@@ -262,11 +310,15 @@ class TempCache(KVCache):
         if hw == 0:
             return None
         count = self.count[layer][:, :, :hw]
-        bias = torch.where(count > 0, count.clamp_min(1e-30).log(), torch.full_like(count, float("-inf")))
+        # log(count) is 0 for every group of one: while nothing has merged and no slot below the high-water mark
+        # is empty, the view is uniform and attention runs without a bias (the backends' cheapest call).
+        uniform = bool((count == 1).all())
+        bias = (torch.zeros(1, 1, hw, device=self.device).expand(*count.shape) if uniform else
+                torch.where(count > 0, count.clamp_min(1e-30).log(), torch.full_like(count, float("-inf"))))
         return CacheView(
             k=self.k[layer][:, :, :hw], v=self.v[layer][:, :, :hw], bias=bias,
             positions=self._attention_positions(layer, hw),
-            n_sink=min(self.sink_tokens, hw), uniform=False, version=self.versions[layer],
+            n_sink=min(self.sink_tokens, hw), uniform=uniform, version=self.versions[layer],
         )
 
     # -- accounting -----------------------------------------------------------------------------------------
@@ -275,8 +327,7 @@ class TempCache(KVCache):
         return float((self.count[layer][:, :, : self.capacity] > 0).float().sum(-1).mean())
 
     def _bytes_per_slot(self) -> int:
-        extra = 8 * (bool(self.settings.max_spread_frames) + (self.settings.position == "weighted"))
-        return 2 * self.head_dim * element_size(self.dtype) + 4 + 3 * 8 + 8 + extra  # k, v, count, pos, update
+        return self._slot_bytes(self.settings, self.head_dim, self.dtype)
 
     def live_bytes(self) -> int:
         slots = sum(int((c[:, :, : self.capacity] > 0).sum()) for c in self.count)

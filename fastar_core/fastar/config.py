@@ -11,7 +11,6 @@ from ...kernels.dispatch import BACKENDS as KERNEL_BACKENDS
 from ..caches.spec import TempCacheSettings
 from ..errors import FastARError
 
-ANN_METHODS = ("lsh", "quant")
 BACKENDS = ("auto", *KERNEL_BACKENDS)
 
 
@@ -31,17 +30,15 @@ class FastARConfig:
     # Below this many bucketed keys per head, planning and gathering cost more than the attention they save,
     # so the layer runs dense (the paper, too, finds sparse kernels lose on short sequences).
     annsa_min_keys: int = 8192
-    # Approximate nearest-neighbour search shared by AnnCA and AnnSA.
-    ann: str = "lsh"
+    # The sign-LSH hashing shared by AnnCA and AnnSA.
     bits: int = 6  # LSH bits per table (buckets = 2**bits), or coarse-quantizer bits
     tables: int = 1
     multiprobe: bool = True  # also visit Hamming-1 neighbour buckets
-    quant_bits: int = 8
     block_size: int = 64  # query/key block of the sparse layout
     seed: int = 0  # hash projections come from their own generator seeded here
     backend: str = "auto"
     # Check each accelerated kernel against torch the first time it runs a kind of call, falling back on failure
-    # (kernels/verify.py). False turns the check off for the rest of the process, as benchmarks want.
+    # (kernels/verify.py). False turns the check off for the rollouts run with this config, as benchmarks want.
     verify_kernels: bool = True
 
     @property
@@ -53,15 +50,13 @@ class FastARConfig:
         def bad(field, value, valid):
             raise FastARError(f"FAST-AR {field} = {value!r} is invalid; valid: {valid}")
 
-        for field, allowed in (("ann", ANN_METHODS), ("backend", BACKENDS + tuple(registered_host_backends()))):
-            if getattr(self, field) not in allowed:
-                bad(field, getattr(self, field), ", ".join(allowed))
+        backends = BACKENDS + tuple(registered_host_backends())
+        if self.backend not in backends:
+            bad("backend", self.backend, ", ".join(backends))
         if not (1 <= self.bits <= 16):
             bad("bits", self.bits, "1..16")
         if not (1 <= self.tables <= 8):
             bad("tables", self.tables, "1..8")
-        if not (2 <= self.quant_bits <= 8):
-            bad("quant_bits", self.quant_bits, "2..8")
         if not (0.0 <= self.dense_warmup <= 1.0):
             bad("dense_warmup", self.dense_warmup, "a fraction in [0, 1]")
         if self.annsa_min_keys < 0:

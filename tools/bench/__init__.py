@@ -34,6 +34,14 @@ def run_bench(args) -> int:
             return 2
         run_pareto_bench(out, frames=args.frames, model=args.model, capacities=capacities, thresholds=thresholds,
                          variants={n: VARIANTS[n] for n in names}, seed=args.seed, repeats=args.repeats or 1)
+    elif args.what == "matcher":
+        from .matcher import run_matcher_bench
+
+        run_matcher_bench(out, frames=args.frames, model=args.model, seed=args.seed, repeats=args.repeats or 1)
+    elif args.what == "rotated-keys":
+        from .rotated_keys import run_rotated_keys_bench
+
+        run_rotated_keys_bench(out, frames=args.frames, model=args.model, seed=args.seed)
     elif args.what == "cost-model":
         from .cost_model import run_cost_model
 

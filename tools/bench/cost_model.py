@@ -11,8 +11,11 @@ query tokens of a chunk with ``m`` cached tokens:
 - TempCache matching, at the clean pass only: each new key's cosine against the ``r`` representatives,
   ``2 n r d``.
 
-A chunk runs one forward per denoising step and one clean pass (skipped for the last chunk). ``dense-global``
-attends to every committed frame; a bounded cache of ``C`` frames attends to at most ``C``. The speedup any
+A chunk runs one forward per denoising step and one clean pass (skipped for the last chunk). What a chunk attends
+to, matches against and rebuilds is the cache policy's to say (``CacheCost.of``: the policy class's
+``attended_frames``, ``matched_frames``, ``rebuilt_frames``): ``dense-global`` attends to every committed frame, a
+window or TempCache holding ``C`` frames to at most ``C``, a recompute cache also re-encodes its context before
+every chunk (block-causal clean passes) and takes no clean pass after it. The speedup any
 bounded cache can reach is dense-global's total over the total with ``C = 0`` (attention to the chunk itself
 only): whatever a cache keeps only adds to that. Not counted: norms, RoPE, softmax, modulation, the patch
 embedding and head, the VAE and the text encoder (elementwise or per-rollout work; on a GPU small beside the
@@ -21,6 +24,7 @@ matmuls, on a CPU at small widths not, which the measured/modelled efficiency sh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -68,6 +72,43 @@ def shape_of_scenario(scenario, text_tokens: int | None = None) -> ModelShape:
                       frames_per_block=scenario.frames_per_block, steps=schedule.num_steps, start_frames=start)
 
 
+def _nothing(_frames: int) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class CacheCost:
+    """What a cache makes each chunk attend to, as the cost model counts it (frames; see the module's text)."""
+
+    attended: Callable[[int], int]  # committed frames -> cached frames a chunk attends to beside itself
+    matched: Callable[[int], int] = _nothing  # committed -> frames' worth of keys a clean pass matches against
+    rebuilt: Callable[[int], int] = _nothing  # first frame of the chunk -> frames re-encoded before it
+    commits: bool = True  # a clean pass after each chunk (but the last)
+
+    @classmethod
+    def of(cls, spec, frames_per_block: int) -> CacheCost:
+        """A ``CacheSpec``'s cost, as its policy class describes itself."""
+        p, f = spec.policy_class, frames_per_block
+        return cls(attended=lambda c: p.attended_frames(spec, c, f), matched=lambda c: p.matched_frames(spec, c, f),
+                   rebuilt=lambda s: p.rebuilt_frames(spec, s, f), commits=not p.rebuilds_each_chunk)
+
+    @classmethod
+    def dense_global(cls) -> CacheCost:
+        return cls(attended=lambda c: c)
+
+    @classmethod
+    def bounded(cls, capacity_frames: int, tempcache: bool = False, sink_frames: int = 3) -> CacheCost:
+        """An idealised cache of ``capacity_frames`` frames (0: no cache at all, the floor of any bounded cache),
+        with TempCache's matching against what it holds beside the sink when ``tempcache``."""
+        def attended(c):
+            return min(c, capacity_frames)
+
+        def matched(c):
+            return max(0, attended(c) - sink_frames) if tempcache else 0
+
+        return cls(attended=attended, matched=matched)
+
+
 def real_prompt_tokens(context) -> int:
     """Prompt rows that are not zero padding, plus the one key the exact pad merge leaves."""
     nonzero = int((context[0].abs().sum(-1) > 0).sum())
@@ -88,26 +129,29 @@ def pass_flops(s: ModelShape, n: int, m: int, text_tokens: int | None = None, re
     return {k: v * s.layers for k, v in per_layer.items()}
 
 
-def rollout_flops(s: ModelShape, frames: int, capacity_frames: int | None = None, tempcache: bool = False,
-                  sink_frames: int = 3, text_tokens: int | None = None) -> dict:
-    """Total and per-chunk FLOPs of generating ``frames`` latent frames. ``capacity_frames`` None is
-    dense-global (every committed frame); 0 is no cache at all (the floor of any bounded cache)."""
+def rollout_flops(s: ModelShape, frames: int, cache: CacheCost | None = None, text_tokens: int | None = None) -> dict:
+    """Total and per-chunk FLOPs of generating ``frames`` latent frames with ``cache`` (None: dense-global)."""
+    cache = cache or CacheCost.dense_global()
     p, fpb = s.tokens_per_frame, s.frames_per_block
     totals = dict.fromkeys(PARTS, 0)
     per_chunk = []
     committed, f = s.start_frames, 0
     while f < frames:
         n_frames = min(fpb, frames - f)
-        cached = committed if capacity_frames is None else min(committed, capacity_frames)
-        n, m = n_frames * p, cached * p
         chunk = dict.fromkeys(PARTS, 0)
+
+        def add(n, m, reps=0, chunk=chunk):
+            for k, v in pass_flops(s, n * p, m * p, text_tokens, reps * p).items():
+                chunk[k] += v
+
+        context = cache.rebuilt(committed)
+        for pos in range(0, context, fpb):  # block-causal clean passes over the rebuilt context
+            add(min(fpb, context - pos), pos)
+        cached = cache.attended(committed)
         for _ in range(s.steps):
-            for k, v in pass_flops(s, n, m, text_tokens).items():
-                chunk[k] += v
-        if f + n_frames < frames:  # the last chunk's clean pass is skipped
-            reps = max(0, cached - sink_frames) * p if tempcache else 0
-            for k, v in pass_flops(s, n, m, text_tokens, reps).items():
-                chunk[k] += v
+            add(n_frames, cached)
+        if f + n_frames < frames and cache.commits:  # the last chunk's clean pass is skipped
+            add(n_frames, cached, cache.matched(committed))
         for k in PARTS:
             totals[k] += chunk[k]
         per_chunk.append(sum(chunk.values()))
@@ -116,12 +160,18 @@ def rollout_flops(s: ModelShape, frames: int, capacity_frames: int | None = None
     return {"total": sum(totals.values()), "parts": totals, "per_chunk": per_chunk}
 
 
-def modelled_speedup(s: ModelShape, frames: int, capacity_frames: int | None, tempcache: bool = False,
-                     sink_frames: int = 3, text_tokens: int | None = None,
+def modelled_speedup(s: ModelShape, frames: int, cache: CacheCost | None, text_tokens: int | None = None,
                      reference_text_tokens: int | None = None) -> float:
-    """dense-global's FLOPs over those of a cache of ``capacity_frames`` (None: dense-global itself)."""
+    """dense-global's FLOPs over those with ``cache`` (None: dense-global itself)."""
     dense = rollout_flops(s, frames, None, text_tokens=reference_text_tokens)["total"]
-    return dense / rollout_flops(s, frames, capacity_frames, tempcache, sink_frames, text_tokens)["total"]
+    return dense / rollout_flops(s, frames, cache, text_tokens)["total"]
+
+
+def mode_speedup(s: ModelShape, frames: int, spec, fastar, prompt_tokens: int) -> float:
+    """The modelled speedup of a bench mode: its cache policy as it describes itself, and AnnCA's prompt tokens
+    (the real ones and one pad key) where AnnCA is on."""
+    return modelled_speedup(s, frames, CacheCost.of(spec, s.frames_per_block),
+                            text_tokens=prompt_tokens if fastar.annca else None)
 
 
 def video_to_latent_frames(video_frames: int) -> int:
@@ -140,9 +190,11 @@ def cost_table(s: ModelShape, latent_lengths, capacity_frames: int = 21) -> list
             "latent_frames": frames, "video_frames": 4 * (frames - 1) + 1,
             "dense_global_flops": float(f"{dense['total']:.4g}"),
             "dense_global_shares": shares,
-            "speedup_limit": round(modelled_speedup(s, frames, 0), 3),
-            f"speedup_window_{capacity_frames}": round(modelled_speedup(s, frames, capacity_frames), 3),
-            f"speedup_tempcache_{capacity_frames}": round(modelled_speedup(s, frames, capacity_frames, True), 3),
+            "speedup_limit": round(modelled_speedup(s, frames, CacheCost.bounded(0)), 3),
+            f"speedup_window_{capacity_frames}": round(
+                modelled_speedup(s, frames, CacheCost.bounded(capacity_frames)), 3),
+            f"speedup_tempcache_{capacity_frames}": round(
+                modelled_speedup(s, frames, CacheCost.bounded(capacity_frames, tempcache=True)), 3),
         })
     return rows
 

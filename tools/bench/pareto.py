@@ -19,9 +19,9 @@ import torch
 
 from ...fastar_core.errors import FastARError
 from ...fastar_core.fastar.metrics import finite_or_none, video_quality
-from .cost_model import modelled_speedup, real_prompt_tokens, shape_of_scenario
+from .cost_model import mode_speedup, real_prompt_tokens, shape_of_scenario
 from .report import line_plots, machine, write_json
-from .rollout import mode_cost, timed_rollouts
+from .rollout import timed_rollouts
 from .scenarios import SINK_FRAMES, demo_scenario, pareto_modes, wan_shapes_scenario
 
 CAPACITIES = (6, 9, 12, 15, 21, 30)
@@ -68,7 +68,7 @@ def run_pareto_bench(out_dir, frames: int = 240, model: str = "demo", capacities
             "variant": p.get("variant"),
             "seconds_per_chunk": round(sum(seconds) / len(seconds), 5),
             "seconds_per_chunk_full": round(statistics.median(full), 5) if full else None,
-            "modelled_speedup": round(modelled_speedup(shape, frames, *mode_cost(*modes[name], prompt_tokens)), 3),
+            "modelled_speedup": round(mode_speedup(shape, frames, *modes[name], prompt_tokens), 3),
             "cache_bytes_max": max(r["cache_bytes"] for r in chunks),
             "cache_bytes_allocated": results[name].cache_stats.get("allocated_bytes"),
             "seconds_each_chunk": [round(s, 5) for s in seconds],

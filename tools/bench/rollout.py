@@ -19,7 +19,7 @@ from ...fastar_core.errors import FastARError
 from ...fastar_core.fastar.metrics import video_quality
 from ...fastar_core.runner import CausalRunner
 from ...fastar_core.sampler import RolloutConfig
-from .cost_model import modelled_speedup, real_prompt_tokens, shape_of_scenario
+from .cost_model import mode_speedup, real_prompt_tokens, shape_of_scenario
 from .interleave import median_rows, run_in_turns
 from .report import latency_growth, line_plots, machine, mean, resident_bytes, write_json
 from .scenarios import CAPACITY_FRAMES, Scenario, bench_modes, demo_scenario, wan_shapes_scenario
@@ -137,7 +137,7 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
         m["summary"] = {
             "seconds_total": round(sum(seconds), 4),
             "speedup_vs_dense": round(dense_total / sum(seconds), 3),
-            "modelled_speedup": round(modelled_speedup(shape, frames, *mode_cost(*all_modes[name], prompt_tokens)), 3),
+            "modelled_speedup": round(mode_speedup(shape, frames, *all_modes[name], prompt_tokens), 3),
             "latency_growth": _round(latency_growth(seconds), 3),
             "cache_bytes_max": max(r["cache_bytes"] for r in m["chunks"]),
             "cache_bytes_last": m["chunks"][-1]["cache_bytes"],
@@ -177,19 +177,6 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
     write_json(out_dir / "rollout.json", report)
     _plot(out_dir / "rollout.png", per_mode, scenario.frames_per_block, start_frames, scenario.name, frames)
     return report
-
-
-def mode_cost(spec, fastar, prompt_tokens: int) -> tuple:
-    """(capacity_frames or None for dense-global, tempcache, sink_frames, text_tokens) of a mode for the
-    cost model."""
-    text = prompt_tokens if fastar.annca else None
-    if spec.policy == "global":
-        return None, False, 0, text
-    if spec.policy == "window":
-        return spec.sink_frames + spec.window_frames, False, spec.sink_frames, text
-    if spec.policy == "rolling":
-        return spec.rolling_attend, False, spec.sink_frames, text
-    return spec.tempcache.capacity_frames, True, spec.sink_frames, text
 
 
 def _round(x, n):

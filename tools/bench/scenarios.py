@@ -89,6 +89,10 @@ def bench_modes(preset: str = "balanced") -> dict:
         "dense-global": mode(cache_policy="global"),
         "dense-window": mode(cache_policy="window", window_frames=window_attending(CAPACITY_FRAMES)),
         "tempcache": temp(annca=False, annsa=False),
+        # The quantized top-1 search (caches/matching.py) in place of the exact one.
+        "tempcache-quantized": mode(preset=preset, tempcache_overrides={"capacity_frames": CAPACITY_FRAMES,
+                                                                        "matcher": "quantized"},
+                                    attention_overrides={"annca": False, "annsa": False}),
         "tempcache+annsa": temp(annca=False, annsa=True),
         "all": temp(annca=True, annsa=True),
         # AnnCA's per-frame prompt pruning on top (off in the presets): what it saves and what it costs.

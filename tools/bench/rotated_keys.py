@@ -1,0 +1,86 @@
+"""``fastar bench rotated-keys``: dense-global with keys rotated once (at commit) against pre-RoPE keys rotated
+again for every chunk, on one model, chunk by chunk in turn (``interleave.py``).
+
+The second is what the dense caches did before they kept keys rotated, and what they still do where attention
+clamps RoPE distances to each query (``rope_max_distance``, the demo model): its attention declines rotated keys.
+Per chunk: seconds; summary: mean seconds of the last quarter of the chunks (the longest cache) and their ratio,
+and how far the two videos are apart (rounding only: the same attention computed in another order).
+``rotated_keys.json`` holds the figures, ``rotated_keys.png`` the seconds per chunk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...fastar_core.attention import DenseAttention
+from ...fastar_core.caches.spec import CacheSpec
+from ...fastar_core.runner import CausalRunner
+from ...fastar_core.sampler import ARSampler, RolloutConfig
+from .interleave import run_in_turns
+from .report import line_plots, machine, write_json
+from .scenarios import demo_scenario, wan_shapes_scenario
+
+
+class PreRopeKeys(DenseAttention):
+    """Dense attention that asks the caches for pre-RoPE keys, rotating them per chunk."""
+
+    @property
+    def wants_rotated_keys(self) -> bool:
+        return False
+
+
+VARIANTS = {"rotated once": DenseAttention, "rotated every chunk": PreRopeKeys}
+
+
+def run_rotated_keys_bench(out_dir, frames: int = 60, model: str = "wan-shapes", seed: int = 0, device=None) -> dict:
+    out_dir = Path(out_dir)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    scenario = demo_scenario(seed, device) if model == "demo" else wan_shapes_scenario(seed, device)
+    cfg = RolloutConfig(num_frames=frames, latent_height=scenario.latent_hw[0], latent_width=scenario.latent_hw[1],
+                        frames_per_block=scenario.frames_per_block, schedule=scenario.schedule, seed=seed,
+                        cache=CacheSpec(policy="global"), channels=scenario.channels,
+                        context_noise=scenario.context_noise)
+
+    def job(attention_class):
+        def run(hand_on):
+            rows = []
+            attention = attention_class(backend="torch", rope_max_distance=None, verify_kernels=False)
+            sampler = ARSampler(CausalRunner(scenario.model, attention=attention))
+
+            def record(report):
+                rows.append(report.to_dict())
+                hand_on(rows[-1])
+
+            result = sampler.generate(scenario.context, cfg, initial_latents=scenario.initial_latents,
+                                      callback=record)
+            return result, rows
+        return run
+
+    out = run_in_turns({name: job(cls) for name, cls in VARIANTS.items()})
+    per = {}
+    for name, (_, rows) in out.items():
+        seconds = [r["seconds"] for r in rows]
+        late = seconds[-max(1, len(seconds) // 4):]
+        per[name] = {"seconds_each_chunk": [round(s, 5) for s in seconds],
+                     "late_chunks_mean_seconds": round(sum(late) / len(late), 5)}
+    a, b = (out[n][0].latent.double() for n in VARIANTS)
+    ratio = per["rotated once"]["late_chunks_mean_seconds"] / per["rotated every chunk"]["late_chunks_mean_seconds"]
+    report = {
+        "benchmark": "rotated-keys", "model": scenario.name, "frames": frames, "seed": seed, "device": str(device),
+        "modes": per, "late_chunk_ratio": round(ratio, 4),
+        "relative_difference_of_videos": float((a - b).norm() / b.norm()),
+        "scenario": scenario.notes, "machine": machine(),
+        "definitions": {"late_chunks_mean_seconds": "mean seconds of the last quarter of the chunks",
+                        "late_chunk_ratio": "rotated once / rotated every chunk"},
+    }
+    write_json(out_dir / "rotated_keys.json", report)
+    line_plots(out_dir / "rotated_keys.png", [
+        {"title": "dense-global seconds per chunk", "xlabel": "chunk", "ylabel": "s",
+         "series": {n: (list(range(len(m["seconds_each_chunk"]))), m["seconds_each_chunk"]) for n, m in per.items()}},
+    ], title=f"keys rotated once vs every chunk: {scenario.name}, {frames} latent frames")
+    print(f"late chunks: rotated once {per['rotated once']['late_chunks_mean_seconds']:.4f} s, rotated every chunk "
+          f"{per['rotated every chunk']['late_chunks_mean_seconds']:.4f} s (ratio {ratio:.3f}); videos differ by "
+          f"{report['relative_difference_of_videos']:.2e} (relative)")
+    return report
