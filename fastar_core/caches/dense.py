@@ -119,7 +119,6 @@ class DenseKVCache(KVCache):
             self.slot_frame[layer][slot] = f  # reserve now so the chunk's next frame takes another slot
             slots.append(slot)
         idx = self._token_index(slots)
-        positions = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], device=self.device)
         if self.rotated_keys:
             k = rotate(k, positions[None])
         self.k[layer].index_copy_(2, idx, k.to(self.dtype))
