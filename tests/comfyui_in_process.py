@@ -101,9 +101,20 @@ def max_diff(a, b):
     return float((a.float() - b.float()).abs().max())
 
 
-def conditioning(seed, scale=1.0):
+UMT5_TOKENS = 512  # ComfyUI's Wan text encoder pads every prompt to at least this many tokens, zeroing the tail
+
+
+def prompt_embedding(seed, scale=1.0, tokens=16, padded=True):
+    """A random stand-in for a ``tokens``-token prompt; ``padded``: shaped as ComfyUI's UMT5 encoder gives it."""
     g = torch.Generator().manual_seed(seed)
-    return [[torch.randn(1, 16, 4096, generator=g) * scale, {}]]
+    context = torch.randn(1, tokens, 4096, generator=g) * scale
+    if padded:
+        context = torch.cat([context, context.new_zeros(1, UMT5_TOKENS - tokens, 4096)], 1)
+    return context
+
+
+def conditioning(seed, scale=1.0):
+    return [[prompt_embedding(seed, scale), {}]]
 
 
 def sample(model, latent, sampler, positive, seed=0, steps=4):
@@ -142,12 +153,19 @@ def forward():
         runner = model.runner()
         g = torch.Generator().manual_seed(0)
         x = torch.randn(1, 16, 3, 8, 8, generator=g)
-        context = torch.randn(1, 16, 4096, generator=g)
         t = torch.tensor([[900.0, 500.0, 100.0]])
+        context = prompt_embedding(7)  # what ComfyUI's text encoder gives: 512 tokens, zero past the prompt
+        short = prompt_embedding(7, padded=False)  # the same prompt's 16 tokens alone
         info = PassInfo(chunk=0, step=0, num_steps=1, frame_start=0, num_frames=3, tokens_per_frame=16)
         ours = runner.forward(x, t, runner.encode_text(context), None, info)
+        ours_short = runner.forward(x, t, runner.encode_text(short), None, info)
         native = model.diffusion_model(x, t, context).float()
-    return {"max_abs_diff": max_diff(ours, native), "max_abs": float(native.abs().max())}
+        native_short = model.diffusion_model(x, t, short).float()  # ComfyUI's forward does not pad
+    return {"max_abs_diff": max_diff(ours, native), "max_abs": float(native.abs().max()),
+            # the runner pads a short prompt to the model's 512 tokens as Wan's own forward does
+            "short_prompt_max_abs_diff": max_diff(ours_short, native),
+            # control: the zero rows change the output (text_embedding's bias), so a missing pad would show
+            "unpadded_native_max_abs_diff": max_diff(native_short, native)}
 
 
 @check
