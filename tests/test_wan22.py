@@ -103,3 +103,20 @@ def test_comfyui_format_5b_file_loads_as_wan22(tmp_path):
     save_file({"model.diffusion_model." + k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     ckpt = load_checkpoint(path)
     assert ckpt.config == TINY_5B and ckpt.config.architecture == "Wan2.2 TI2V" and ckpt.container == "flat"
+
+
+def test_generate_sizes_a_5b_latent_by_the_wan22_vae_stride(tmp_path, capsys):
+    """Pixels become latents at the Wan2.2 VAE's 16x16 compression, not Wan2.1's 8x8, and a height that is no
+    multiple of stride x patch (32 here) is refused before any work."""
+    from safetensors.torch import load_file
+
+    from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+
+    ckpt = tmp_path / "tiny5b.safetensors"
+    save_checkpoint(random_wan(TINY_5B, seed=3), ckpt, dtype=torch.float32)
+    args = ["generate", "--checkpoint", str(ckpt), "--frames", "32", "--width", "64", "--frames-per-block", "8",
+            "--schedule", "longlive2", "--cache", "window", "--window", "24", "--sink", "8", "--device", "cpu"]
+    assert main([*args, "--height", "96", "--out", str(tmp_path / "run")]) == 0
+    assert tuple(load_file(str(tmp_path / "run" / "latent.safetensors"))["latent"].shape) == (1, 48, 32, 6, 4)
+    assert main([*args, "--height", "80", "--out", str(tmp_path / "bad")]) == 2
+    assert "--height 80" in capsys.readouterr().err

@@ -253,9 +253,10 @@ def fill_model_size(args, cfg) -> None:
     args.width = width if args.width is None else args.width
     check_sizes(args)
     _, ph, pw = cfg.patch_size
+    stride = cfg.vae_spatial_stride
     for flag, value, patch in (("--height", args.height, ph), ("--width", args.width, pw)):
-        if (value // 8) % patch:
-            step = 8 * patch
+        if value % stride or (value // stride) % patch:
+            step = stride * patch
             raise FastARError(f"{flag} {value} does not fit this model's {patch}-wide patches; use a multiple of "
                               f"{step} (e.g. {max(step, value // step * step)})")
 
@@ -283,7 +284,8 @@ def rollout_bytes(cfg, frames: int, latent_h: int, latent_w: int, cache_bytes: i
 
 
 def check_rollout_memory(args, cfg, device, cache_bytes: int) -> None:
-    parts = rollout_bytes(cfg, args.frames, args.height // 8, args.width // 8, cache_bytes,
+    stride = cfg.vae_spatial_stride
+    parts = rollout_bytes(cfg, args.frames, args.height // stride, args.width // stride, cache_bytes,
                           min(args.frames, args.frames_per_block))
     total = sum(parts.values())
     detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())

@@ -42,8 +42,9 @@ def pick_device(name: str | None) -> torch.device:
 def planned_cache_bytes(spec: CacheSpec, cfg, args, dtype: torch.dtype) -> int:
     """Bytes the rollout's cache will allocate, as its policy counts them."""
     _, ph, pw = cfg.patch_size
+    stride = cfg.vae_spatial_stride
     shape = CacheShape(num_layers=cfg.num_layers, batch=1, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
-                       grid_hw=(args.height // 8 // ph, args.width // 8 // pw), dtype=dtype,
+                       grid_hw=(args.height // stride // ph, args.width // stride // pw), dtype=dtype,
                        frames_per_block=args.frames_per_block)
     return spec.policy_class.planned_bytes(spec, shape, args.frames)
 
@@ -75,14 +76,16 @@ def _run(args, inputs, device, parallel) -> int:
     checks.check_against_model(args, inputs, cfg)
     settings = settings_from_arguments(args, num_layers=cfg.num_layers)
     spec, fastar = settings.cache, settings.fastar
-    rollout = RolloutConfig(num_frames=args.frames, latent_height=args.height // 8, latent_width=args.width // 8,
+    stride = cfg.vae_spatial_stride  # pixels per latent row: 8 for Wan2.1's VAE, 16 for Wan2.2's
+    rollout = RolloutConfig(num_frames=args.frames, latent_height=args.height // stride,
+                            latent_width=args.width // stride,
                             frames_per_block=args.frames_per_block, schedule=args.schedule, seed=args.seed,
                             cache=spec, mode=args.mode, channels=cfg.in_dim,
                             first_chunk_schedule=getattr(args, "first_schedule", None))
     rollout.validate()
     if parallel is not None:
         _, ph, pw = cfg.patch_size
-        parallel.check_geometry(cfg.num_heads, (args.height // 8 // ph) * (args.width // 8 // pw))
+        parallel.check_geometry(cfg.num_heads, (args.height // stride // ph) * (args.width // stride // pw))
         check_settings(spec, fastar)
     checks.check_rollout_memory(args, cfg, device, planned_cache_bytes(spec, cfg, args, ckpt.dtype))
     if ckpt.mixed_dtypes:
