@@ -53,5 +53,11 @@ def test_bench_pareto_and_cost_model_write_json_and_plots(tmp_path, capsys):
     assert main(["bench", "cost-model", "--out", str(tmp_path / "cost")]) == 0
     cost = json.loads((tmp_path / "cost" / "cost_model.json").read_text())
     assert {"Wan2.1-1.3B 480x832", "Wan2.1-14B 480x832"} <= set(cost["models"])
+    parallel = cost["sequence_parallel"]["models"]
+    assert {"Wan2.1-1.3B 480x832", "Wan2.2-TI2V-5B 704x1280", "Wan2.1-14B 480x832"} == set(parallel)
+    # 12 heads split over 2 and 4 ranks, not 8; each rank holds half, then a quarter, of the cache
+    rows = {r["ranks"]: r for r in parallel["Wan2.1-1.3B 480x832"]["rows"]}
+    assert not rows[8]["fits"] and rows[1]["all_to_all_gib_per_chunk_per_rank"] == 0
+    assert rows[2]["kv_gib_per_rank_dense_global"] * 2 == pytest.approx(rows[1]["kv_gib_per_rank_dense_global"], 1e-3)
     assert (tmp_path / "cost" / "cost_model.png").stat().st_size > 1000
     assert "Wan2.1-14B" in capsys.readouterr().out

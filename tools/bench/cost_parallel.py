@@ -17,7 +17,7 @@ a multi-GPU run measures them; nothing here is measured.
 
 from __future__ import annotations
 
-from .cost_model import ModelShape, rollout_flops
+from .cost_model import CacheCost, ModelShape, rollout_flops
 
 TFLOPS = 400.0  # sustained bf16 matmul rate per GPU assumed for the time columns (an H100/H200-class card)
 LINK_GBPS = 300.0  # all-to-all bandwidth per GPU assumed (NVLink-class; PCIe cards get a tenth of it)
@@ -48,7 +48,7 @@ def parallel_rows(s: ModelShape, video_frames: int, capacity_frames: int, ranks=
     latent = (video_frames - 1) // 4 + 1
     n = s.frames_per_block * s.tokens_per_frame
     dense = rollout_flops(s, latent)
-    bounded = rollout_flops(s, latent, capacity_frames, tempcache=True)
+    bounded = rollout_flops(s, latent, CacheCost.bounded(capacity_frames, tempcache=True))
     chunk_flops = bounded["per_chunk"][-2]  # a late chunk with a full cache (the last one has no clean pass)
     rows = []
     for r in ranks:
