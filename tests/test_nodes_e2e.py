@@ -92,7 +92,8 @@ def test_loader_weights_entry_is_optional_and_picks_the_entry(host, tmp_path):
     assert "LongLive" in spec["tooltip"]
     ema, plain = tiny_model(1).state_dict(), tiny_model(2).state_dict()
     torch.save({"generator": {"model." + k: v for k, v in plain.items()},
-                "generator_ema": {"model." + k: v for k, v in ema.items()}}, tmp_path / "longlive_base.pt")
+                "generator_ema": {"model." + k: v for k, v in ema.items()}, "fastar_config": TINY.to_dict()},
+               tmp_path / "longlive_base.pt")
     loader = NODES["FastAR_LoadARVideoModel"]()
     assert json.loads(loader.load("longlive_base.pt", "default", "none", 5.0)[1])["container"] == "generator"
     info = json.loads(loader.load("longlive_base.pt", "default", "none", 5.0, weights_entry="generator_ema")[1])
