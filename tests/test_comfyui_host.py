@@ -333,7 +333,7 @@ def test_custom_sampling_image_to_video_and_streaming_save(server):
 def test_interrupt_mid_rollout_ends_cleanly(server):
     need_harness(server)
     run_prompt(server, long_video_prompt(vae=server.vae()))  # the loader's output is cached from here on
-    sampling_line = "FAST-AR: sampling 1001 latent frames"
+    sampling_line = "FAST-AR: sampling 1 video(s) of 1001 latent frames"
     long_run = long_video_prompt(length=4001, seed=123)
     for node in ("5", "6", "7", "8"):  # no decode: an interrupt that is ignored fails fast, not after minutes
         del long_run[node]
