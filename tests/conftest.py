@@ -53,3 +53,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture()
+def tiny_checkpoint_host(standalone_host, tmp_path):
+    """The standalone host with the tests' tiny Wan model saved as ``tiny_ar.safetensors`` in its models folder."""
+    from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+    from comfyui_fastar.fastar_core.wan_model import random_wan
+
+    from helpers import TINY
+
+    save_checkpoint(random_wan(TINY, seed=0), tmp_path / "tiny_ar.safetensors", dtype=torch.float32)
+    return standalone_host

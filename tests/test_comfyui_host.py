@@ -467,9 +467,15 @@ def test_core_ar_template_with_the_pack_on_either_side(server):
 @pytest.fixture(scope="module")
 def in_process(host):
     """tests/comfyui_in_process.py run once per host with the host's python, in its ComfyUI folder."""
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    done = subprocess.run([host.python, str(ROOT / "tests" / "comfyui_in_process.py"), str(ROOT)], cwd=host.dir,
-                          capture_output=True, text=True, timeout=900, env=env)
+    return run_in_host(host, "comfyui_in_process.py", timeout=900)
+
+
+def run_in_host(host, script: str, timeout: int) -> dict:
+    """A script of tests/ run with the host's python in its ComfyUI folder (the pack passed as this checkout);
+    its last ``RESULT {json}`` line."""
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([host.python, str(ROOT / "tests" / script), str(ROOT)], cwd=host.dir,
+                          capture_output=True, text=True, timeout=timeout, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, done.stdout[-2000:] + done.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT "):])

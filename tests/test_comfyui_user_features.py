@@ -4,13 +4,9 @@ Long Video Sampler's batch_size (video 0 equals the batch-1 video bit for bit), 
 the Long Video Sampler (compiled with the inductor, equal to eager), ModelSamplingSD3's shift named in the
 report, and a kohya-format LoRA merged by the pack's loader equal to ComfyUI's LoraLoaderModelOnly."""
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
-from test_comfyui_host import HOSTS, ROOT
+from test_comfyui_host import HOSTS, run_in_host
 
 pytestmark = [pytest.mark.comfyui, pytest.mark.slow,
               pytest.mark.skipif(not HOSTS, reason="set COMFYUI_DIR (or COMFYUI_DIRS=a:b) to hosts built by "
@@ -25,15 +21,7 @@ def host(request):
 
 @pytest.fixture(scope="module")
 def results(host):
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([host.python, str(ROOT / "tests" / "comfyui_user_features.py"), str(ROOT)], cwd=host.dir,
-                          capture_output=True, text=True, timeout=1200, env=env)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, done.stdout[-2000:] + done.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT "):])
-    print(json.dumps(result), file=sys.stderr)
-    assert result["host"] == "comfyui"
-    return result
+    return run_in_host(host, "comfyui_user_features.py", timeout=1200)
 
 
 def figures(results, name):

@@ -7,9 +7,8 @@ video i is batch item i of every noise stream.
 
 import pytest
 import torch
-from test_nodes_e2e import SIZE, cond, engine_noise, fake_custom_sampling, patch, sample, tiny_model
+from test_nodes_e2e import SIZE, cond, engine_noise, fake_custom_sampling, patch, sample
 
-from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
 from comfyui_fastar.fastar_core.errors import FastARError
 from comfyui_fastar.fastar_core.sampler import chunk_plan
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
@@ -23,9 +22,8 @@ SIGMAS = torch.tensor([1.0, 0.9375, 0.8333333, 0.625, 0.0])
 
 
 @pytest.fixture()
-def host(standalone_host, tmp_path):
-    save_checkpoint(tiny_model(), tmp_path / "tiny_ar.safetensors", dtype=torch.float32)
-    return standalone_host
+def host(tiny_checkpoint_host):
+    return tiny_checkpoint_host
 
 
 @pytest.fixture()

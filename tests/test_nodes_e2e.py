@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from comfyui_fastar.fastar_core.caches import KVCache
-from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
 from comfyui_fastar.fastar_core.errors import FastARError, GenerationCancelled
 from comfyui_fastar.fastar_core.sampler import chunk_plan, noise_seed
 from comfyui_fastar.fastar_core.wan_config import WanConfig
@@ -28,9 +27,8 @@ LENGTH = 13  # video frames: 4 latent frames, chunks of 3 + 1
 
 
 @pytest.fixture()
-def host(standalone_host, tmp_path):
-    save_checkpoint(tiny_model(), tmp_path / "tiny_ar.safetensors", dtype=torch.float32)
-    return standalone_host
+def host(tiny_checkpoint_host):
+    return tiny_checkpoint_host
 
 
 @pytest.fixture()
