@@ -37,6 +37,7 @@ from .unipc import solve_chunk_unipc
 SAMPLER_MODES = ("chunk", "rolling")
 MODE_CHOICES = ("auto", *SAMPLER_MODES)  # auto: rolling for the Rolling Forcing schedule, chunk otherwise
 ROLLING_SCHEDULES = ("rolling-forcing",)
+FRAMES_PER_BLOCK = 3  # the Self-Forcing family's chunk; the default of every entry point
 
 
 def resolve_mode(mode: str, schedule: DenoisingSchedule | str) -> str:
@@ -52,7 +53,7 @@ class RolloutConfig:
     num_frames: int  # latent frames to generate (after any initial clean frames)
     latent_height: int
     latent_width: int
-    frames_per_block: int = 3
+    frames_per_block: int = FRAMES_PER_BLOCK
     schedule: DenoisingSchedule | str = "self-forcing"
     seed: int = 0
     cache: CacheSpec = field(default_factory=CacheSpec)

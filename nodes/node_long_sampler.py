@@ -10,11 +10,14 @@ from .constants import (
     CACHE_POLICIES,
     CATEGORY,
     CONDITIONING_OR_SCHEDULE,
+    FRAMES_PER_BLOCK,
     MAX_LENGTH,
     MAX_RESOLUTION,
     PIXEL_STEP,
     SAMPLER_MODES,
     SCHEDULE_PRESETS,
+    SINK_FRAMES,
+    WINDOW_FRAMES,
 )
 from .host import get_host
 from .inputs import combo, float_input, int_input, link, seed_input
@@ -49,7 +52,8 @@ class LongVideoSampler:
                 "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height in pixels (multiple of 16).",
                                     step=PIXEL_STEP),
                 "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP, step=4),
-                "frames_per_block": int_input(3, 1, 64, "Latent frames per chunk; must match the checkpoint's "
+                "frames_per_block": int_input(
+                    FRAMES_PER_BLOCK, 1, 64, "Latent frames per chunk; must match the checkpoint's "
                                                         "training (3 for Self-Forcing, CausVid, Rolling Forcing, "
                                                         "LongLive, Krea; 1 for frame-wise Causal Forcing)."),
                 "schedule": combo(SCHEDULE_PRESETS, "Denoising steps per chunk: Self-Forcing 4-step (also LongLive, "
@@ -71,10 +75,12 @@ class LongVideoSampler:
                                                       "the most recent frames. auto: tempcache when FAST-AR turns it "
                                                       "on, else global. A dense policy with FAST-AR's TempCache on "
                                                       "is refused."),
-                "sink_frames": int_input(3, 0, 64, "Latent frames at the start that stay in the cache for good "
+                "sink_frames": int_input(
+                    SINK_FRAMES, 0, 64, "Latent frames at the start that stay in the cache for good "
                                                    "(attention sink; window, rolling and tempcache). recompute: the "
                                                    "first frames kept in its context (Krea's keep_first_frame: 1)."),
-                "window_frames": int_input(12, 1, 4096, "Latent frames a chunk attends to, the sink and the chunk "
+                "window_frames": int_input(
+                    WINDOW_FRAMES, 1, 4096, "Latent frames a chunk attends to, the sink and the chunk "
                                                         "itself included (LongLive's local_attn_size: 12). window "
                                                         "and recompute (Krea: kv_cache_num_frames 3 + the chunk = 6)."),
                 "context_noise": float_input(0.0, 0.0, 0.99, "Noise level of the pass that writes a finished chunk "
@@ -99,8 +105,9 @@ class LongVideoSampler:
     FUNCTION = "sample"
     CATEGORY = CATEGORY
 
-    def sample(self, model, positive, width, height, length, frames_per_block=3, schedule="Self-Forcing 4-step",
-               mode="auto", seed=0, cache_policy="auto", sink_frames=3, window_frames=12, context_noise=0.0,
+    def sample(self, model, positive, width, height, length, frames_per_block=FRAMES_PER_BLOCK,
+               schedule="Self-Forcing 4-step", mode="auto", seed=0, cache_policy="auto", sink_frames=SINK_FRAMES,
+               window_frames=WINDOW_FRAMES, context_noise=0.0,
                sigmas=None, first_chunk_sigmas=None, batch_size=1):
         host = get_host()
         total_frames = check_video_frames("length", length)

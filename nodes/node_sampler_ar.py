@@ -14,7 +14,16 @@ import logging
 import torch
 
 from ..fastar_core.errors import FastARError
-from .constants import CACHE_POLICIES, CATEGORY, INITIAL_LATENT_KEY, PROMPT_SCHEDULE, SAMPLER_MODES
+from .constants import (
+    CACHE_POLICIES,
+    CATEGORY,
+    FRAMES_PER_BLOCK,
+    INITIAL_LATENT_KEY,
+    PROMPT_SCHEDULE,
+    SAMPLER_MODES,
+    SINK_FRAMES,
+    WINDOW_FRAMES,
+)
 from .host import get_host
 from .inputs import combo, float_input, int_input, link
 from .model_access import resolve_model
@@ -99,7 +108,8 @@ class SamplerARVideoFastAR:
     def INPUT_TYPES(cls):
         return {
             "required": {
-                "frames_per_block": int_input(3, 1, 64, "Latent frames per chunk; must match the checkpoint (3 for "
+                "frames_per_block": int_input(
+                    FRAMES_PER_BLOCK, 1, 64, "Latent frames per chunk; must match the checkpoint (3 for "
                                                         "the Self-Forcing family, 1 for frame-wise Causal Forcing)."),
                 "mode": combo(SAMPLER_MODES, "chunk, or rolling (Rolling Forcing's staggered window). auto = chunk "
                                              "(the step list comes from SIGMAS)."),
@@ -107,8 +117,10 @@ class SamplerARVideoFastAR:
                                                       "(FAST-AR), or recompute (Krea Realtime: rebuilt before every "
                                                       "chunk). auto: tempcache when the MODEL's FAST-AR patch turns "
                                                       "it on, else global."),
-                "sink_frames": int_input(3, 0, 64, "Latent frames kept for good at the start of the cache."),
-                "window_frames": int_input(12, 1, 4096, "Latent frames a chunk attends to, the sink and the chunk "
+                "sink_frames": int_input(
+                    SINK_FRAMES, 0, 64, "Latent frames kept for good at the start of the cache."),
+                "window_frames": int_input(
+                    WINDOW_FRAMES, 1, 4096, "Latent frames a chunk attends to, the sink and the chunk "
                                                         "included (window and recompute policies; LongLive: 12)."),
                 "context_noise": float_input(0.0, 0.0, 0.99, "Noise level of the cache-writing pass (0 in released "
                                                              "models)."),
@@ -125,8 +137,8 @@ class SamplerARVideoFastAR:
     FUNCTION = "get_sampler"
     CATEGORY = CATEGORY
 
-    def get_sampler(self, frames_per_block=3, mode="auto", cache_policy="auto", sink_frames=3, window_frames=12,
-                    context_noise=0.0, prompt_schedule=None):
+    def get_sampler(self, frames_per_block=FRAMES_PER_BLOCK, mode="auto", cache_policy="auto", sink_frames=SINK_FRAMES,
+                    window_frames=WINDOW_FRAMES, context_noise=0.0, prompt_schedule=None):
         options = {"frames_per_block": frames_per_block, "mode": mode, "cache_policy": cache_policy,
                    "sink_frames": sink_frames, "window_frames": window_frames, "context_noise": context_noise}
         if prompt_schedule is not None:

@@ -11,9 +11,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..fastar_core.caches.spec import SINK_FRAMES, WINDOW_FRAMES
 from ..fastar_core.engine import EngineSettings, build_sampler
 from ..fastar_core.errors import FastARError, GenerationCancelled
-from ..fastar_core.sampler import RolloutConfig, RolloutResult, plan_rollout
+from ..fastar_core.sampler import FRAMES_PER_BLOCK, RolloutConfig, RolloutResult, plan_rollout
 from ..fastar_core.sampler import resolve_mode as engine_resolve_mode
 from ..fastar_core.schedule import get_schedule
 from ..fastar_core.video_geometry import pixel_size
@@ -26,13 +27,14 @@ log = logging.getLogger("FAST-AR")
 
 @dataclass
 class RolloutSettings:
-    frames_per_block: int = 3
+    frames_per_block: int = FRAMES_PER_BLOCK
     schedule: object = "self-forcing"  # engine preset name, or sigmas (ComfyUI SIGMAS accepted)
     mode: str = "auto"  # auto: rolling for the Rolling Forcing schedule, chunk otherwise
     seed: int = 0
     cache_policy: str = "auto"  # auto: tempcache when the FAST-AR patch turns TempCache on, else global
-    sink_frames: int = 3
-    window_frames: int = 12  # frames a chunk attends to, sink and chunk included (window and recompute caches)
+    sink_frames: int = SINK_FRAMES
+    # frames a chunk attends to, sink and chunk included (window and recompute caches)
+    window_frames: int = WINDOW_FRAMES
     context_noise: float = 0.0
     first_chunk_schedule: object = None  # the first chunk's own step list (preset name or sigmas); None: preset's
 

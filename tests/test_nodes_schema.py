@@ -85,3 +85,26 @@ def test_seed_widget_gets_the_editors_extra_value():
 def test_length_widget_steps_through_valid_wan_lengths():
     length = NODE_CLASS_MAPPINGS["FastAR_LongVideoSampler"].INPUT_TYPES()["required"]["length"][1]
     assert (length["default"] - 1) % 4 == 0 and length["min"] == 1 and length["step"] == 4
+
+
+@pytest.mark.parametrize("node_id", ["FastAR_LongVideoSampler", "FastAR_SamplerARVideo"])
+def test_sampler_size_defaults_are_the_engines(node_id):
+    # The widgets, the CLI and a bare RolloutConfig / CacheSpec all start a user from the same sizes.
+    import argparse
+    import inspect
+
+    from comfyui_fastar.fastar_core.caches.spec import CacheSpec
+    from comfyui_fastar.fastar_core.sampler import RolloutConfig
+    from comfyui_fastar.tools.cli import build_parser
+
+    node = NODE_CLASS_MAPPINGS[node_id]
+    required = node.INPUT_TYPES()["required"]
+    signature = inspect.signature(getattr(node, node.FUNCTION)).parameters
+    engine = {"frames_per_block": RolloutConfig(1, 1, 1).frames_per_block, "sink_frames": CacheSpec().sink_frames,
+              "window_frames": CacheSpec().window_frames}
+    for name, value in engine.items():
+        assert required[name][1]["default"] == value, name
+        assert signature[name].default == value, name
+    generate = build_parser()._subparsers._group_actions[0].choices["generate"]
+    assert isinstance(generate, argparse.ArgumentParser)
+    assert generate.get_default("frames_per_block") == engine["frames_per_block"]

@@ -3,6 +3,7 @@ engine settings by the engine's own ``resolve_settings`` (the same function the 
 
 from __future__ import annotations
 
+from ..fastar_core.caches.spec import SINK_FRAMES, WINDOW_FRAMES
 from ..fastar_core.engine import EngineSettings, cache_choices, resolve_settings
 from ..fastar_core.fastar.config import BACKENDS, PRESET_NAMES, parse_layers
 
@@ -11,10 +12,11 @@ def add_cache_arguments(p) -> None:
     g = p.add_argument_group("KV cache")
     g.add_argument("--cache", default="auto", choices=list(cache_choices()),
                    help="cache policy (auto: tempcache when the FAST-AR preset turns it on, else global)")
-    g.add_argument("--sink", type=int, help="sink frames kept for good (window, rolling, tempcache; default 3); "
-                                            "recompute: first frames kept in its context (Krea keep_first_frame: 1)")
+    g.add_argument("--sink", type=int, help=f"sink frames kept for good (window, rolling, tempcache; default "
+                                            f"{SINK_FRAMES}); recompute: first frames kept in its context (Krea "
+                                            "keep_first_frame: 1)")
     g.add_argument("--window", type=int, help="frames a chunk attends to, the sink and the chunk included (window and "
-                                              "recompute caches; LongLive 12, Krea 6; default 12)")
+                                              f"recompute caches; LongLive 12, Krea 6; default {WINDOW_FRAMES})")
 
 
 def add_fastar_arguments(p) -> None:

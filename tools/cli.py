@@ -33,11 +33,11 @@ def _add_generate(sub):
     p.add_argument("--first-schedule", default=None,
                    help="the first chunk's own step list (a preset or sigmas; Causal Forcing++'s first frame takes "
                         "self-forcing, which its presets already choose)")
-    from ..fastar_core.sampler import MODE_CHOICES
+    from ..fastar_core.sampler import FRAMES_PER_BLOCK, MODE_CHOICES
 
     p.add_argument("--mode", default="auto", choices=list(MODE_CHOICES),
                    help="rolling = Rolling Forcing window; auto: rolling for the rolling-forcing schedule, else chunk")
-    p.add_argument("--frames-per-block", type=int, default=3,
+    p.add_argument("--frames-per-block", type=int, default=FRAMES_PER_BLOCK,
                    help="latent frames denoised together per chunk (3 for Self-Forcing, 1 for Causal Forcing)")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")

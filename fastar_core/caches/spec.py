@@ -75,15 +75,21 @@ class TempCacheSettings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None}).validate()
 
 
+# The sizes every entry point (nodes, CLI, benches) offers by default: declared here once.
+SINK_FRAMES = 3
+WINDOW_FRAMES = 12
+
+
 @dataclass(frozen=True)
 class CacheSpec:
     """A cache policy and its sizes, independent of the model."""
 
     policy: str = "global"
-    sink_frames: int = 3  # window, rolling and tempcache: first frames kept for good; recompute: anchor frames
+    # window, rolling and tempcache: first frames kept for good; recompute: anchor frames
+    sink_frames: int = SINK_FRAMES
     # window and recompute: frames a chunk attends to, the sink and the chunk itself included (LongLive's
     # local_attn_size; Krea: kv_cache_num_frames + the chunk)
-    window_frames: int = 12
+    window_frames: int = WINDOW_FRAMES
     rolling_capacity: int = 24  # rolling: frames held
     rolling_attend: int = 21  # rolling: frames attended, queries included
     tempcache: TempCacheSettings = field(default_factory=TempCacheSettings)
