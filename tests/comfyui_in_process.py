@@ -9,15 +9,11 @@ import importlib.util
 import inspect
 import json
 import os
-import sys
 import traceback
 
-PACK = sys.argv[1]
-sys.path.insert(0, os.getcwd())
-sys.argv = [sys.argv[0], "--cpu"]
-from comfy.cli_args import args  # noqa: E402
+from comfyui_boot import boot
 
-args.cpu = True
+boot()
 import comfy.model_management as mm  # noqa: E402
 import comfy.model_patcher  # noqa: E402
 import comfy.sample  # noqa: E402
@@ -26,12 +22,7 @@ import comfy.sd  # noqa: E402
 import comfy.utils  # noqa: E402
 import folder_paths  # noqa: E402
 import torch  # noqa: E402
-
-spec = importlib.util.spec_from_file_location("comfyui_fastar", os.path.join(PACK, "__init__.py"),
-                                              submodule_search_locations=[PACK])
-module = importlib.util.module_from_spec(spec)
-sys.modules["comfyui_fastar"] = module
-spec.loader.exec_module(module)
+from comfy.cli_args import args  # noqa: E402
 
 from comfyui_fastar.fastar_core.attention import PassInfo  # noqa: E402
 from comfyui_fastar.fastar_core.errors import FastARError  # noqa: E402

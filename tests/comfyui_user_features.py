@@ -4,20 +4,14 @@ tests/test_comfyui_user_features.py with a host's python, in its ComfyUI folder,
 {"skipped": why} / {"error": traceback}); the test file asserts, the same on every host.
 """
 
-import importlib.util
 import json
 import os
-import sys
 import tempfile
 import traceback
 
-PACK = sys.argv[1]
-sys.path.insert(0, os.getcwd())
-sys.argv = [sys.argv[0], "--cpu"]
-from comfy.cli_args import args  # noqa: E402
+from comfyui_boot import boot
 
-args.cpu = True
-import comfy.model_management  # noqa: E402, F401
+boot()
 import comfy.sample  # noqa: E402
 import comfy.samplers  # noqa: E402
 import comfy.sd  # noqa: E402
@@ -25,12 +19,6 @@ import comfy.utils  # noqa: E402
 import folder_paths  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-
-spec = importlib.util.spec_from_file_location("comfyui_fastar", os.path.join(PACK, "__init__.py"),
-                                              submodule_search_locations=[PACK])
-module = importlib.util.module_from_spec(spec)
-sys.modules["comfyui_fastar"] = module
-spec.loader.exec_module(module)
 
 from comfyui_fastar.nodes.host import get_host  # noqa: E402
 from comfyui_fastar.nodes.node_loader import LoadARVideoModel  # noqa: E402
