@@ -82,3 +82,6 @@ def family_for(model) -> ModelFamily:
             return cls.for_model(model)  # type: ignore[attr-defined]
     return ModelFamily()
 
+
+# The families that ship with the engine register themselves on import.
+from .matrix_game import family as _matrix_game_family  # noqa: E402,F401
