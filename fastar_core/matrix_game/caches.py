@@ -7,10 +7,14 @@ slot ``f mod size``), written by the clean pass only: the reference's denoising 
 but every later pass of the chunk overwrites them and the clean pass writes them last, so what a later chunk
 reads is the same.
 
-These caches stay dense: per layer they hold ``local_attn_size`` frames of one token per location (mouse) or one
-token per frame (keyboard), a few percent of the self-attention cache's ``local_attn_size x tokens`` per layer,
-and their keys are not spatially redundant the way TempCache's merging needs (a location's own history, or one
-token per frame).
+These caches stay dense, for three reasons. They are bounded already: ``local_attn_size`` frames per layer
+whatever the rollout's length, so they never grow (what TempCache is for). They are not where the bytes are
+that FAST-AR can win: at the released sizes the keyboard cache is 6 tokens of 1024 per action layer (12 K
+values, nothing) and the mouse cache 880 locations x 6 frames x 1024 per action layer, about a third of the
+self-attention cache's bytes (15 action layers of 30), all of it within the window the model was trained to
+read. And merging has nothing to merge into: a mouse key is one location's own history (at most 6 entries, the
+window the model reads in full) and a keyboard key one frame's action window, not the spatially repeated
+content across frames whose duplicates TempCache folds together.
 """
 
 from __future__ import annotations
