@@ -267,3 +267,16 @@ def test_long_tempcache_rollout_keeps_cache_bytes_flat_and_is_steered_and_repeat
                     cache=spec)
     late = (other.latent - result.latent)[:, :, -30:]
     assert late.abs().max() > 1e-3  # the actions still steer 120 frames in
+
+
+def test_a_batch_item_is_the_same_rollout_alone():
+    runner = tiny_runner()
+    steer = random_actions("universal", 6, seed=1)  # actions steer every batch item alike
+    one, two = conditioning(6, seed=1, actions=steer), conditioning(6, seed=2, actions=steer)
+    both = conditioning(6, seed=1, actions=steer)
+    both.concat = torch.cat([one.concat, two.concat])
+    both.clip = torch.cat([one.clip, two.clip])
+    batch = rollout(runner, both, 6, batch=2).latent
+    alone = rollout(runner, two, 6, batch=1, batch_index=(1,)).latent
+    assert torch.allclose(batch[1:], alone, rtol=0, atol=1e-5), (batch[1:] - alone).abs().max()
+    assert (batch[0] - batch[1]).abs().max() > 1e-3
