@@ -280,3 +280,26 @@ def test_a_batch_item_is_the_same_rollout_alone():
     alone = rollout(runner, two, 6, batch=1, batch_index=(1,)).latent
     assert torch.allclose(batch[1:], alone, rtol=0, atol=1e-5), (batch[1:] - alone).abs().max()
     assert (batch[0] - batch[1]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("local_attn_size", "6", "local_attn_size"),
+    ("dim", 0, "dim"),
+    ("action_config.blocks", "0-14", "blocks"),
+    ("action_config.patch_size", 2, "patch_size"),
+    ("action_config.enable_mouse", "yes", "enable_mouse"),
+    ("action_config.rope_dim_list", [8, 8, 8], "rope_dim_list"),
+    ("action_config.heads_num", 0, "heads_num"),
+])
+def test_a_bad_config_json_is_refused_naming_its_field(tmp_path, field, value, match):
+    import json
+
+    path = tmp_path / "m.safetensors"
+    save_matrix_game(tiny_runner().model, path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    target, key = (cfg["action_config"], field.split(".")[1]) if "." in field else (cfg, field)
+    target[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=match) as err:
+        load_matrix_game(path)
+    assert "config.json" in str(err.value)
