@@ -37,13 +37,13 @@ def base(tmp_path_factory):
     """Per variant: checkpoint, inputs and the rollout on them, computed once."""
     cache = {}
 
-    def get(variant):
-        if variant not in cache:
+    def get(variant, shape=mg.TINY):
+        if (variant, shape) not in cache:
             folder = tmp_path_factory.mktemp(variant)
-            ck = mg.write_checkpoint(folder, variant, seed=3)
-            inputs = mg.make_inputs(variant, FRAMES, seed=5)
-            cache[variant] = (ck, inputs, mg.run_reference(ck, variant, inputs, renoise_seed=7))
-        return cache[variant]
+            ck = mg.write_checkpoint(folder, variant, seed=3, shape=shape)
+            inputs = mg.make_inputs(variant, FRAMES, seed=5, shape=shape)
+            cache[variant, shape] = (ck, inputs, mg.run_reference(ck, variant, inputs, renoise_seed=7, shape=shape))
+        return cache[variant, shape]
 
     return get
 
@@ -144,3 +144,16 @@ def test_checkpoint_is_in_the_release_layout(base, variant):
     assert blocks == set(mg.TINY.action_blocks)
     has_mouse = any(".action_model.mouse_mlp." in k for k in keys)
     assert has_mouse == mg.VARIANTS[variant].mouse
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_second_shape_runs_and_steers(base, variant):
+    """The geometry rewrites and the action caches at another shape (3 heads, 4 tokens per frame, 4 action
+    heads of 16): the rollout runs, is finite, and follows its actions."""
+    shape = mg.TINY_B
+    ck, inputs, first = base(variant, shape)
+    assert first.latents.shape == (1, 16, FRAMES, *shape.latent_hw) and torch.isfinite(first.latents).all()
+    keyboard, mouse = mg.random_actions(variant, FRAMES, seed=321)
+    other = mg.run_reference(ck, variant, inputs.with_actions(keyboard=keyboard, mouse=mouse), renoise_seed=7,
+                             shape=shape)
+    assert mg.relative_error(other.latents, first.latents) > 1e-2
