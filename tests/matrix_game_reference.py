@@ -44,6 +44,15 @@ in the first two, 4x6 latents = 6 tokens per frame, action attention 2 heads of 
     order (``Pass``: chunk, step index or ``None`` for the clean commit pass, timestep, ``x0``); ``timesteps``
     the warped step list; ``noise_draws`` the re-noise tensors used.
 
+``run_streaming_reference(checkpoint, variant, inputs, typed, ...) -> Rollout``
+    The interactive loop (``CausalInferenceStreamingPipeline``, as ``inference_streaming.py`` drives it): before
+    each chunk the reference's own ``get_current_action`` reads the keys in ``typed`` (one tuple of answers per
+    chunk: universal ``("l", "w")`` = mouse key then keyboard key, gta_drive ``("w a",)``, templerun ``("z",)``)
+    and writes that action over the chunk's pixel frames (``chunk_pixel_frames``: 0..8 for chunk 0, then
+    12c-3 .. 12c+8); ``Rollout.keyboard``/``mouse`` hold the per-pixel-frame actions it ended with, which
+    ``streamed_actions(per_chunk, n)`` rebuilds from one vector per chunk. Same bits as ``run_reference`` on those
+    actions (checked).
+
 ``cond_concat(image_latents)`` is the 20 channels put after the noisy latent; ``reference(shape)`` the import
 context itself (a namespace of the reference's ``causal_model``, ``wrapper`` and ``pipeline`` modules, gone on
 exit), for a test that drives one of its modules directly (an ``ActionModule`` of a checkpoint, say).
@@ -62,7 +71,10 @@ What the reference computes, as read in its code and checked by ``tests/test_mat
 marked (what a port must match):
 - Keys, per pixel frame: universal ``[W, S, A, D]`` (forward, back, left, right; multi-hot), gta_drive
   ``[W, S]``, templerun one-hot ``[no move, jump, slide, turn left, turn right, left side, right side]``; mouse
-  ``[pitch, yaw]`` (up and right positive; the release's keys give 0.1 per frame), none for templerun.
+  ``[pitch, yaw]`` (up and right positive; the release's keys give 0.1 per frame), none for templerun. The
+  interactive keys (checked): universal mouse ``i k j l u`` = up, down, left, right, none and keyboard
+  ``w s a d q``; gta_drive ``w s q`` and ``a d`` (steering on yaw); templerun ``q w s z c a d`` = indices 0, 1,
+  2, 3, 4, 5, 6.
 - Input of 36 channels per pass: ``cat([noisy latent (16), mask (4), image latents (16)])`` on the chunk's frames;
   the mask is 1 on latent frame 0 and 0 after. No text: the cross-attention context is ``img_emb`` (LayerNorm,
   Linear, GELU, Linear, LayerNorm) of the 257 CLIP tokens, run every pass; its keys and values are cached at
@@ -114,6 +126,8 @@ What differs from running the release (each a stand-in for a CUDA-only or IO par
   inert; ``demo_utils.constant.ZERO_VAE_CACHE`` (about 1 GB of zeros for the 352x640 VAE decoder, every entry
   set to None by the pipeline before use) is a list of Nones; the VAE decoder handed to ``inference`` returns
   its input and cache (only the latents are compared).
+- the interactive loop: ``input()`` answers from ``typed`` (then "" to its "Continue?"), the ``.cuda()`` of
+  the action it reads is dropped (5 occurrences), its video previews (``process_video``) are inert.
 - no ``.to(bfloat16)``: ``inference.py`` casts the pipeline and inputs to bf16; everything stays fp32 here.
 """
 
@@ -296,8 +310,10 @@ def geometry(shape: TinyShape) -> list:
 
 
 def reference_spec(shape: TinyShape = TINY) -> rh.ReferenceSpec:
+    # The interactive loop's key reader moves each action to the GPU.
+    on_cpu = rh.Rewrite("pipeline.causal_inference", ").cuda()", ")", 5)
     return rh.ReferenceSpec(
-        name=REFERENCE_NAME, rewrites=geometry(shape),
+        name=REFERENCE_NAME, rewrites=[*geometry(shape), on_cpu],
         empty_packages=("wan", "wan.modules", "wan.utils", "pipeline", "utils", "demo_utils"),
         inert_modules=("utils.visualize",),
         extra_modules={**_diffusers(), "flash_attn": _flash_attn(), "demo_utils.constant": _vae_constant()})
@@ -430,6 +446,24 @@ def make_inputs(variant: str, frames: int, seed: int = 0, shape: TinyShape = TIN
     return Inputs(noise, image_latents, clip, keyboard, mouse)
 
 
+def chunk_pixel_frames(chunk: int, per_block: int = 3) -> range:
+    """The pixel frames a chunk's latents decode to (latent 0 -> pixel 0, latent f -> 4f-3 .. 4f): where the
+    interactive loop writes the action read before that chunk."""
+    f0 = chunk * per_block
+    end = 1 + 4 * (f0 + per_block - 1)
+    return range(end - (1 + 4 * (per_block - 1) if f0 == 0 else 4 * per_block), end)
+
+
+def streamed_actions(per_chunk: list, n_pixel_frames: int, per_block: int = 3) -> torch.Tensor:
+    """Per-pixel-frame actions ``[1, N, D]`` from one action vector ``[D]`` per chunk, as the interactive loop
+    lays them out (``chunk_pixel_frames``)."""
+    out = torch.zeros(1, n_pixel_frames, per_chunk[0].shape[-1])
+    for c, action in enumerate(per_chunk):
+        span = chunk_pixel_frames(c, per_block)
+        out[0, span.start:span.stop] = action
+    return out
+
+
 def cond_concat(image_latents: torch.Tensor) -> torch.Tensor:
     """The 20 channels ``inference.py`` puts after the noisy latent: a 4-channel mask, 1 on latent frame 0 and 0
     on the others, then the image latents (36 = 16 noisy + 4 mask + 16 image)."""
@@ -454,6 +488,8 @@ class Rollout:
     timesteps: torch.Tensor  # the warped step list the pipeline ran
     passes: list = field(default_factory=list)
     noise_draws: list = field(default_factory=list)  # reference_harness.NoiseDraw, in draw order
+    keyboard: torch.Tensor | None = None  # the per-pixel-frame actions the reference ended with
+    mouse: torch.Tensor | None = None
 
     def chunk_x0(self, chunk: int) -> list:
         """x0 of each denoising step of one chunk, in order (the last is the chunk's output)."""
@@ -479,12 +515,51 @@ def own_noise_draws(frames: int, steps: int, seed: int, shape: TinyShape = TINY,
 
 def run_reference(checkpoint, variant: str, inputs: Inputs, *, noise_draws=None, renoise_seed: int = 0,
                   shape: TinyShape = TINY) -> Rollout:
+    """The release's ``inference.py`` loop (``CausalInferencePipeline``) on ``inputs``' per-pixel-frame actions."""
+    return _run(checkpoint, variant, inputs, noise_draws, renoise_seed, shape, typed=None)
+
+
+def run_streaming_reference(checkpoint, variant: str, inputs: Inputs, typed, *, noise_draws=None,
+                            renoise_seed: int = 0, shape: TinyShape = TINY) -> Rollout:
+    """The release's interactive loop (``CausalInferenceStreamingPipeline``, ``inference_streaming.py``): before
+    each chunk its ``get_current_action`` reads what a person types, mapped by the reference's own key tables,
+    and writes that action over the chunk's pixel frames of ``inputs``' actions (see ``streamed_actions``).
+
+    ``typed``: per chunk, the answers to that chunk's prompts, in order: universal ``(mouse key, keyboard key)``
+    from ``i k j l u`` and ``w s a d q``; gta_drive ``("w a",)`` style (``w s q`` and ``a d``, space-separated);
+    templerun ``(key,)`` from ``w s a d z c q``. ``Rollout.keyboard``/``mouse`` are the per-pixel-frame actions
+    the reference ended with; a script too short, or a key the reference does not know (it would ask again
+    forever), is an error."""
+    return _run(checkpoint, variant, inputs, noise_draws, renoise_seed, shape, typed=list(typed))
+
+
+class _Typist:
+    """``input()`` for the interactive loop: the scripted answers in order, then "" to "Continue?". A prompt
+    asked once the script is spent gets a valid no-op answer (the reference loops until it gets one) and the run
+    is refused afterwards."""
+
+    def __init__(self, typed):
+        self.answers = [a for chunk in typed for a in (*chunk, "")]
+        self.spent = False
+
+    def __call__(self, prompt=""):
+        if self.answers:
+            answer = self.answers.pop(0)
+            if (answer == "") != prompt.startswith("Continue?"):
+                self.spent = True  # out of step with the prompts: a key the reference refused
+            return answer
+        self.spent = True
+        return "" if prompt.startswith("Continue?") else ("u" if "mouse" in prompt else "q")
+
+
+def _run(checkpoint, variant, inputs, noise_draws, renoise_seed, shape, typed):
+    import builtins
+
     from safetensors.torch import load_file
 
     v = VARIANTS[variant]
     checkpoint = Path(checkpoint)
-    root = rh.reference_root(REFERENCE_NAME)
-    config = _load_yaml(root / v.yaml)
+    config = _load_yaml(rh.reference_root(REFERENCE_NAME) / v.yaml)
     mode = config.pop("mode")
     config["model_kwargs"] = {**config["model_kwargs"], "model_config": str(checkpoint.parent)}
     args = types.SimpleNamespace(**config)
@@ -496,10 +571,13 @@ def run_reference(checkpoint, variant: str, inputs: Inputs, *, noise_draws=None,
     n_raw = 1 + 4 * (inputs.frames - 1)
     if inputs.keyboard.shape != (1, n_raw, v.keyboard_dim):
         raise ValueError(f"keyboard must be [1, {n_raw}, {v.keyboard_dim}], got {list(inputs.keyboard.shape)}")
+    if typed is not None and len(typed) != inputs.frames // per_block:
+        raise ValueError(f"typed: one entry per chunk ({inputs.frames // per_block}), got {len(typed)}")
 
     with reference(shape) as ref, torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()):
         generator = ref.wrapper.WanDiffusionWrapper(**args.model_kwargs, is_causal=True)
-        pipeline = ref.pipeline.CausalInferencePipeline(args, generator=generator)
+        cls = ref.pipeline.CausalInferencePipeline if typed is None else ref.pipeline.CausalInferenceStreamingPipeline
+        pipeline = cls(args, generator=generator)
         missing, unexpected = pipeline.generator.load_state_dict(load_file(str(checkpoint)))
         assert not missing and not unexpected
         steps = len(pipeline.denoising_step_list)
@@ -522,14 +600,26 @@ def run_reference(checkpoint, variant: str, inputs: Inputs, *, noise_draws=None,
 
         hook = pipeline.generator.register_forward_hook(record, with_kwargs=True)
         tape = rh.NoiseTape(noise_draws, rh.frames_first)
+        typist, original_input = _Typist(typed or []), builtins.input
         try:
             with torch.no_grad(), tape.patched():
-                latents = pipeline.inference(noise=inputs.noise.clone(), conditional_dict=conditional,
-                                             return_latents=True, vae=_vae_stand_in, mode=mode)
+                if typed is None:
+                    latents = pipeline.inference(noise=inputs.noise.clone(), conditional_dict=conditional,
+                                                 return_latents=True, vae=_vae_stand_in, mode=mode)
+                else:
+                    builtins.input = typist
+                    latents = pipeline.inference(noise=inputs.noise.clone(), conditional_dict=conditional,
+                                                 return_latents=True, vae=_vae_stand_in, output_folder="",
+                                                 name="tiny", mode=mode)
         finally:
+            builtins.input = original_input
             hook.remove()
+        if typist.spent:
+            raise ValueError(f"typed: the script does not answer the reference's prompts ({typed!r})")
         timesteps = pipeline.denoising_step_list.clone()
-    return Rollout(latents.detach().clone(), timesteps, passes, list(noise_draws))
+    mouse = conditional.get("mouse_cond")
+    return Rollout(latents.detach().clone(), timesteps, passes, list(noise_draws), conditional["keyboard_cond"],
+                   None if mouse is None else mouse)
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
