@@ -25,6 +25,8 @@ def _add_generate(sub):
     p.add_argument("--width", type=int, default=None,
                    help="video width in pixels (multiple of 16; default: the model's own, 832 for Wan2.1)")
     p.add_argument("--cond", help="safetensors file holding the text conditioning [1, L, text_dim]")
+    p.add_argument("--actions", help="action script (JSON or lines: a timeline of keys and mouse moves in seconds) "
+                                     "steering a Matrix-Game 2.0 checkpoint; see fastar_core/action_script.py")
     p.add_argument("--out", required=True, help="output folder (latent.safetensors, stats.json)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1 (the same seed gives the same video)")
     p.add_argument("--schedule", default="self-forcing",
