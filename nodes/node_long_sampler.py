@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 
+from ..fastar_core.action_script import ActionScript
 from ..fastar_core.errors import FastARError
 from ..fastar_core.video_geometry import check_pixel_size, check_video_frames
 from .constants import (
+    ACTIONS,
     CACHE_POLICIES,
     CATEGORY,
     CONDITIONING_OR_SCHEDULE,
@@ -15,6 +17,7 @@ from .constants import (
     PIXEL_STEP,
     SAMPLER_MODES,
     SCHEDULE_PRESETS,
+    WORLD_START_KEY,
 )
 from .host import get_host
 from .inputs import combo, float_input, int_input, link, seed_input
@@ -28,6 +31,19 @@ log = logging.getLogger("FAST-AR")
 LENGTH_TOOLTIP = ("Video length in frames. Wan's VAE turns 4k+1 frames into k+1 latent frames, so the length must be "
                   "1, 5, 9, ..., 81, ... (81 = 21 latent frames = 5 s at 16 fps; 1001 = 62.5 s). Other values are "
                   "refused with the nearest valid ones.")
+
+
+def check_world_inputs(actions, positive) -> None:
+    """Actions and a world start belong to a Matrix-Game 2.0 model; every model this sampler runs is a Wan2.1
+    text-to-video one."""
+    if actions is not None:
+        if not isinstance(actions, ActionScript):
+            raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script node")
+        raise FastARError(f"'actions' ({actions.variant}) steer a Matrix-Game 2.0 model, but this MODEL is a Wan2.1 "
+                          "text-to-video model, which takes no actions; disconnect 'actions'")
+    if not isinstance(positive, ARPromptSchedule) and WORLD_START_KEY in conditioning_entry(positive, "positive")[1]:
+        raise FastARError("'positive' comes from World Model Start, which starts a Matrix-Game 2.0 model, but this "
+                          "MODEL is a Wan2.1 text-to-video model: give it a text prompt (CLIP Text Encode)")
 
 
 class LongVideoSampler:
@@ -85,6 +101,9 @@ class LongVideoSampler:
                                          "A trailing 0 is dropped: every chunk ends clean."),
                 "first_chunk_sigmas": link("SIGMAS", "Optional step list for the first chunk alone (Causal Forcing++ "
                                                      "denoises its first frame with 4 steps); replaces the preset's."),
+                "actions": link(ACTIONS, "Keyboard and mouse actions from an Action Script node, for a "
+                                         "Matrix-Game 2.0 model (they are read at the video's frame rate, for "
+                                         "'length' frames). Other models take no actions and refuse them."),
                 "batch_size": int_input(1, 1, 64, "Videos to make, one after another (the memory of one). Video i is "
                                                   "batch item i of the seed, as in ComfyUI's own batches: video 0 is "
                                                   "the batch_size 1 video. A prompt or start image of batch 1 is "
@@ -101,9 +120,10 @@ class LongVideoSampler:
 
     def sample(self, model, positive, width, height, length, frames_per_block=3, schedule="Self-Forcing 4-step",
                mode="auto", seed=0, cache_policy="auto", sink_frames=3, window_frames=12, context_noise=0.0,
-               sigmas=None, first_chunk_sigmas=None, batch_size=1):
+               sigmas=None, first_chunk_sigmas=None, actions=None, batch_size=1):
         host = get_host()
         total_frames = check_video_frames("length", length)
+        check_world_inputs(actions, positive)
         latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
         if sigmas is None and schedule not in SCHEDULE_PRESETS:
             raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
