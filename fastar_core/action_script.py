@@ -260,8 +260,9 @@ def _opposite(spec: Variant, a: Key, b: Key) -> bool:
     return {a.column, b.column} in pairs
 
 
-def parse_script(data, what: str = "action script") -> ActionScript:
-    """A script as JSON gives it (a dict); ``what`` names the input in every message."""
+def parse_script(data, what: str = "action script", entry_names: list[str] | None = None) -> ActionScript:
+    """A script as JSON gives it (a dict); ``what`` names the input in every message, ``entry_names`` each entry
+    (default ``timeline[i]``; the line format names its lines)."""
     if not isinstance(data, dict):
         raise FastARError(f"{what}: expected an object with {', '.join(SCRIPT_FIELDS)}; got "
                           f"{type(data).__name__}")
@@ -285,20 +286,21 @@ def parse_script(data, what: str = "action script") -> ActionScript:
     if len(timeline) > MAX_ENTRIES:
         raise FastARError(f"{what}: {len(timeline):,} timeline entries; at most {MAX_ENTRIES:,}")
     spec = VARIANTS[variant]
+    names = entry_names or [f"timeline[{i}]" for i in range(len(timeline))]
     entries: list[ActionEntry] = []
     for i, item in enumerate(timeline):
-        entry = _parse_entry(spec, item, f"{what}: timeline[{i}]", fps)
+        entry = _parse_entry(spec, item, f"{what}: {names[i]}", fps)
         if not entries and entry.at != 0:
-            raise FastARError(f"{what}: timeline[0] is at {entry.at:g} s; the first entry must be at 0 (what the "
+            raise FastARError(f"{what}: {names[0]} is at {entry.at:g} s; the first entry must be at 0 (what the "
                               "video starts with)")
         if entries:
             prev = entries[-1]
             if entry.at <= prev.at:
-                raise FastARError(f"{what}: timeline[{i}] at {entry.at:g} s does not come after timeline[{i - 1}] "
+                raise FastARError(f"{what}: {names[i]} at {entry.at:g} s does not come after {names[i - 1]} "
                                   f"at {prev.at:g} s; list the entries in increasing time")
             if entry.frame == prev.frame:
-                raise FastARError(f"{what}: timeline[{i}] at {entry.at:g} s starts at the same frame ({entry.frame} "
-                                  f"at {fps:g} fps) as timeline[{i - 1}] at {prev.at:g} s, which would never "
+                raise FastARError(f"{what}: {names[i]} at {entry.at:g} s starts at the same frame ({entry.frame} "
+                                  f"at {fps:g} fps) as {names[i - 1]} at {prev.at:g} s, which would never "
                                   f"apply; space them at least {1 / fps:.4g} s apart")
         entries.append(entry)
     return ActionScript(variant, fps, step, tuple(entries))
@@ -346,6 +348,7 @@ def parse_text(text: str, what: str = "action script", variant: str | None = Non
     if not isinstance(text, str):
         raise FastARError(f"{what}: expected text, got {type(text).__name__}")
     stripped = text.strip()
+    names = None
     if stripped.startswith("{"):
         try:
             data = json.loads(stripped, parse_constant=lambda c: math.nan)
@@ -356,7 +359,7 @@ def parse_text(text: str, what: str = "action script", variant: str | None = Non
         except ValueError as e:  # e.g. an integer past Python's digit limit
             raise FastARError(f"{what}: not a usable JSON script ({e})") from None
     else:
-        data = _lines_to_dict(stripped, what)
+        data, names = _lines_to_dict(text, what)
     if isinstance(data, dict):
         for name, given in (("variant", variant), ("fps", fps)):
             if given is None:
@@ -365,12 +368,14 @@ def parse_text(text: str, what: str = "action script", variant: str | None = Non
                 raise FastARError(f"{what}: the script says {name} {data[name]!r} but {given!r} was chosen "
                                   "beside it; make them agree (or drop the script's line)")
             data = {**data, name: given}
-    return parse_script(data, what)
+    return parse_script(data, what, names)
 
 
-def _lines_to_dict(text: str, what: str) -> dict:
+def _lines_to_dict(text: str, what: str) -> tuple[dict, list[str]]:
+    """The line format as the JSON object it stands for, and each timeline entry's line ("line 3")."""
     data: dict = {}
     timeline: list = []
+    names: list[str] = []
     for n, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].replace(",", " ").strip()
         if not line:
@@ -396,10 +401,11 @@ def _lines_to_dict(text: str, what: str) -> dict:
             rest = rest[:i]
         entry["keys"] = [t for t in rest if t not in ("-", "none")]
         timeline.append(entry)
+        names.append(f"line {n}")
     if not timeline:
         raise FastARError(f"{what}: no timeline lines; write one per change, e.g. '0 W' then '1.5 W A'")
     data["timeline"] = timeline
-    return data
+    return data, names
 
 
 def _text_number(token: str, what: str) -> float:
