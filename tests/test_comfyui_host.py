@@ -566,3 +566,27 @@ def test_pack_dense_sampler_agrees_with_core_sampler_where_both_see_the_same_noi
     # More steps: core re-noises from torch's global RNG reseeded seed + 1000 * block + step, the pack from its own
     # per-(seed, chunk, step) generator, so the videos differ though both are draws of the same process.
     assert r["four_step_max_abs_diff"] > 0.1
+
+
+def test_action_scripts_are_checked_when_queued_and_refused_by_a_text_model(server):
+    need_harness(server)
+    script = {"class_type": "FastAR_ActionScript",
+              "inputs": {"variant": "universal", "fps": 12.0, "script": "0 W\n1.5 W L\n3 - mouse 0 0.05\n"}}
+    entry = run_prompt(server, {"1": script, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 1]}}})
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    assert entry["outputs"]["2"]["text"][0].startswith("universal at 12 fps: 0 s (frame 0): W(forward); 1.5 s "
+                                                       "(frame 18): W(forward) L(camera_r)")
+    bad = {**script, "inputs": {**script["inputs"], "script": "0 W\n2 W Z\n"}}
+    status, answer = server.http("POST", "/prompt", {"prompt": {
+        "1": bad, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 1]}}}, "client_id": "actions"})
+    assert status == 400 and answer["error"]["type"] == "prompt_outputs_failed_validation", answer
+    errors = answer["node_errors"]["1"]["errors"]
+    assert any("line 2 (at 2 s): unknown key 'Z' for universal" in json.dumps(e) for e in errors), errors
+    prompt = long_video_prompt(vae=server.vae())
+    prompt["11"] = script
+    prompt["4"]["inputs"]["actions"] = ["11", 0]
+    entry = run_prompt(server, prompt)
+    assert entry["status"]["status_str"] == "error"
+    (error,) = messages(entry, "execution_error")
+    assert error["node_type"] == "FastAR_LongVideoSampler"
+    assert "'actions' (universal) steer a Matrix-Game 2.0 model" in error["exception_message"]
