@@ -62,6 +62,20 @@ def after_cross_attention(blk, x: torch.Tensor, y: torch.Tensor, shift2: torch.T
     return x + (_per_frame(blk.ffn(h), frames) * gate2).view(b, n, dim)
 
 
+def cross_attention_residual(blk, x: torch.Tensor, y: torch.Tensor):
+    """The cross-attention output and residual alone (families that put a module before the feed-forward)."""
+    b, n, dim = x.shape
+    return x + blk.cross_attn.o(y.transpose(1, 2).reshape(b, n, dim))
+
+
+def feed_forward(blk, x: torch.Tensor, shift2: torch.Tensor, scale2: torch.Tensor, gate2: torch.Tensor):
+    """The gated feed-forward alone (the second half of ``after_cross_attention``)."""
+    b, n, dim = x.shape
+    frames = gate2.shape[1]
+    h = (_per_frame(blk.norm2(x), frames) * (1 + scale2) + shift2).view(b, n, dim)
+    return x + (_per_frame(blk.ffn(h), frames) * gate2).view(b, n, dim)
+
+
 COMPILE_KEYS = ("backend", "options", "mode", "fullgraph", "dynamic")
 
 
@@ -82,10 +96,12 @@ class BlockForward:
 
     def __init__(self, compile_kwargs: dict | None = None):
         self.compile_kwargs = None if compile_kwargs is None else check_compile_kwargs(dict(compile_kwargs))
-        pieces: tuple = (self_attention_inputs, after_self_attention, after_cross_attention)
+        pieces: tuple = (self_attention_inputs, after_self_attention, after_cross_attention, cross_attention_residual,
+                         feed_forward)
         if self.compile_kwargs is not None:
             pieces = tuple(torch.compile(p, **self.compile_kwargs) for p in pieces)
-        self.self_attention_inputs, self.after_self_attention, self.after_cross_attention = pieces
+        (self.self_attention_inputs, self.after_self_attention, self.after_cross_attention,
+         self.cross_attention_residual, self.feed_forward) = pieces
 
     @property
     def compiled(self) -> bool:

@@ -14,8 +14,10 @@ import torch
 
 from .attention import DenseAttention, PassInfo
 from .block_forward import BlockForward
+from .cache_set import CacheSet
 from .caches.base import KVCache
 from .errors import FastARError
+from .families import ModelFamily, family_for
 from .parallel import SequenceParallel
 from .rope import grid_positions
 
@@ -55,6 +57,7 @@ class TextState:
     k: list  # per layer [B, H, L, D]
     v: list
     num_tokens: int
+    cond: object = None  # the rollout's Conditioning, for families that read image latents or actions per pass
 
 
 def sinusoidal_embedding(dim: int, position: torch.Tensor) -> torch.Tensor:
@@ -68,8 +71,10 @@ def sinusoidal_embedding(dim: int, position: torch.Tensor) -> torch.Tensor:
 class CausalRunner:
     def __init__(self, model, attention: DenseAttention | None = None, dtype: torch.dtype | None = None,
                  device: torch.device | str | None = None, compile_kwargs: dict | None = None,
-                 parallel: SequenceParallel | None = None):
+                 parallel: SequenceParallel | None = None, family: ModelFamily | None = None):
         self.model = model
+        # What this model changes around Wan2.1's block (families.py): its input, context, block tail, caches.
+        self.family = family or family_for(model)
         # The tensor code between attention calls, under torch.compile when compile settings are given.
         self.pieces = BlockForward(compile_kwargs)
         self.geometry = read_geometry(model)
@@ -129,12 +134,17 @@ class CausalRunner:
             raise FastARError("conditioning contains NaN or infinite values")
         context = pad_text(context, self.geometry.text_len)
         ctx = self.model.text_embedding(context.to(device=self.device, dtype=self.dtype))
+        return self.context_state(ctx, context.shape[1])
+
+    @torch.no_grad()
+    def context_state(self, ctx: torch.Tensor, num_tokens: int, cond=None) -> TextState:
+        """Every layer's cross-attention K/V of an embedded context ``[B, L, dim]``."""
         ks, vs = [], []
         for blk in self.model.blocks:
             ca = blk.cross_attn
             ks.append(self._heads(ca.norm_k(ca.k(ctx))).contiguous())
             vs.append(self._heads(ca.v(ctx)).contiguous())
-        return TextState(ks, vs, context.shape[1])
+        return TextState(ks, vs, num_tokens, cond)
 
     @torch.no_grad()
     def forward(
@@ -142,7 +152,7 @@ class CausalRunner:
         x: torch.Tensor,
         timesteps: torch.Tensor,
         text: TextState,
-        cache: KVCache | None,
+        cache: KVCache | CacheSet | None,
         info: PassInfo,
         commit: bool = False,
         need_output: bool = True,
@@ -151,12 +161,15 @@ class CausalRunner:
 
         Queries see the cache view of each layer plus every token of ``x``. With ``commit`` the pass's keys
         and values are written to the cache (the clean pass); ``need_output=False`` then skips the head.
+        ``text`` is the context state of the pass; a family that reads more per pass (image latents, actions)
+        finds the rollout's ``Conditioning`` on it (``TextState.cond``).
         """
         g = self.geometry
         B, _, F, H, W = x.shape
         gh, gw = self.grid_hw(H, W)
         if timesteps.shape != (B, F):
             raise FastARError(f"timesteps have shape {list(timesteps.shape)}; expected [{B}, {F}] (one per frame)")
+        x = self.family.model_input(self, x, text, info)
         embed = self.model.patch_embedding  # fp32 in ComfyUI whatever the model dtype
         tokens = embed(x.to(device=self.device, dtype=embed.weight.dtype))
         tokens = tokens.to(self.dtype).flatten(2).transpose(1, 2)  # [B, F*gh*gw, dim], frame-major
@@ -202,7 +215,7 @@ class CausalRunner:
             y = sp.tokens_from_heads(y, F)
         x, cq = pieces.after_self_attention(blk, x, y, gate1, heads)
         y = self.attention.cross_attention(i, cq, text.k[i], text.v[i], info)
-        return pieces.after_cross_attention(blk, x, y, shift2, scale2, gate2)
+        return self.family.block_tail(self, i, blk, x, y, shift2, scale2, gate2, text, cache, info, commit)
 
     def _head(self, x, e, F, gh, gw):
         g = self.geometry

@@ -20,13 +20,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from ..kernels import verification_turned_off
 from .attention import PassInfo
+from .cache_set import CacheSet
 from .caches.base import CacheShape, KVCache
 from .caches.spec import CacheSpec
+from .conditioning import Conditioning
 from .errors import FastARError, GenerationCancelled
 from .multishot import MultiShot, starts_shot
 from .prompts import PromptSchedule
@@ -205,7 +208,17 @@ class ARSampler:
     def __init__(self, runner: CausalRunner):
         self.runner = runner
 
-    def build_cache(self, cfg: RolloutConfig, total_frames: int, grid_hw) -> KVCache:
+    def build_cache(self, cfg: RolloutConfig, total_frames: int, grid_hw) -> CacheSet:
+        """The rollout's caches: the self-attention cache its spec names, and the family's own beside it."""
+        attention = self.build_attention_cache(cfg, total_frames, grid_hw)
+        try:
+            extra = self.runner.family.extra_caches(self.runner, cfg, total_frames, grid_hw)
+        except BaseException:
+            attention.free()
+            raise
+        return CacheSet(attention, extra)
+
+    def build_attention_cache(self, cfg: RolloutConfig, total_frames: int, grid_hw) -> KVCache:
         g = self.runner.geometry
         # Under sequence parallelism a rank caches its own heads only.
         shape = CacheShape(num_layers=g.num_layers, batch=cfg.batch, num_heads=self.runner.local_heads,
@@ -232,9 +245,14 @@ class ARSampler:
         ``step_callback(done, total)`` every forward, ``cancel()`` is polled between steps.
 
         ``initial_noise`` (shaped like the output latent, initial frames included) replaces the seeded noise of
-        each chunk's first step, as ComfyUI's NOISE input does; re-noising between steps stays seeded."""
+        each chunk's first step, as ComfyUI's NOISE input does; re-noising between steps stays seeded.
+
+        ``prompts``: text prompts (a tensor, a list of segments, a ``PromptSchedule``), or a ``Conditioning``
+        for families conditioned on more (image latents, CLIP-vision features, actions)."""
         schedule = cfg.validate()
-        schedule_prompts = PromptSchedule.coerce(prompts)
+        cond = Conditioning.coerce(prompts)
+        self.runner.family.check_rollout(cfg, cond)
+        schedule_prompts = cond.prompts
         grid_hw = self.runner.grid_hw(cfg.latent_height, cfg.latent_width)
         n_init = 0
         if initial_latents is not None:
@@ -259,7 +277,7 @@ class ARSampler:
                               "(the output latent, initial frames included)")
         cache = self.build_cache(cfg, total, grid_hw)
         loop = RolloutLoop(runner=self.runner, cfg=cfg, schedule=schedule, first_schedule=cfg.first_schedule(schedule),
-                           prompts=schedule_prompts, latent=latent,
+                           prompts=schedule_prompts, cond=cond, latent=latent,
                            plan=plan, cache=cache, noise=self.noise_source(cfg), initial_noise=initial_noise,
                            callback=callback, cancel=cancel, step_callback=step_callback, first_frame=first_frame)
         self.runner.attention.begin_rollout(self.runner.num_layers)
@@ -294,8 +312,8 @@ class RolloutLoop:
     """State of one rollout: the cache, the active prompt, the output latent, the reports."""
 
     def __init__(self, *, runner: CausalRunner, cfg: RolloutConfig, schedule: DenoisingSchedule,
-                 first_schedule: DenoisingSchedule, prompts: PromptSchedule, latent: torch.Tensor, plan: RolloutPlan,
-                 cache: KVCache, noise: NoiseSource,
+                 first_schedule: DenoisingSchedule, prompts: PromptSchedule | None, latent: torch.Tensor,
+                 plan: RolloutPlan, cache: CacheSet | KVCache, noise: NoiseSource, cond: Conditioning | None = None,
                  initial_noise: torch.Tensor | None = None, callback=None, cancel=None, step_callback=None,
                  first_frame: torch.Tensor | None = None):
         self.runner = runner
@@ -303,9 +321,11 @@ class RolloutLoop:
         self.schedule = schedule
         self.first_schedule = first_schedule
         self.prompts = prompts
+        self.cond = cond if cond is not None else Conditioning(prompts=prompts)
         self.latent = latent
         self.plan = plan.chunks
-        self.cache = cache
+        # The rollout's CacheSet (or a bare KVCache): both answer the self-attention cache's interface.
+        self.cache: Any = cache
         self.noise = noise
         self.initial_noise = initial_noise
         self.callback = callback
@@ -372,13 +392,17 @@ class RolloutLoop:
                             commit=True, need_output=False)
 
     def _update_prompt(self, frame_start: int):
+        if self.prompts is None:  # a context that is not text (CLIP-vision features): encoded once
+            if self.text is None:
+                self.text = self.runner.family.encode_context(self.runner, self.cond, None)
+            return
         idx = self.prompts.index_at(frame_start)
         if idx == self.prompt_index:
             return
         switching = self.prompt_index >= 0
         self.prompt_index = idx
         segment = self.prompts.segments[idx]
-        self.text = self.runner.encode_text(segment.context)
+        self.text = self.runner.family.encode_context(self.runner, self.cond, segment)
         # A cache rebuilt before every chunk re-encodes its context under the new prompt anyway.
         if switching and segment.recache_frames > 0 and not self.cache.rebuilds_each_chunk:
             self._recache(frame_start, segment.recache_frames)
@@ -434,6 +458,7 @@ class RolloutLoop:
         n = init.shape[2]
         for f in range(0, n, fpb):
             x0 = init[:, :, f:f + fpb]
+            self.runner.family.before_chunk(self.cond, f, x0.shape[2])
             self._clean_pass(-1, x0, f)
             self.latent[:, :, f:f + x0.shape[2]] = x0.to(self.latent.device)
 
@@ -447,6 +472,7 @@ class RolloutLoop:
             self._sync()
             t_start = time.perf_counter()
             self._update_prompt(f0)
+            self.runner.family.before_chunk(self.cond, f0, frames)
             schedule = self.first_schedule if c == 0 else self.schedule
             sigmas = schedule.sigmas
             position = self._rebuild(f0) if rebuilds else f0 + self._shot_offset(f0)

@@ -126,12 +126,15 @@ SCHEDULE_PRESETS = {
     # Causal Forcing++ (frame-wise): 1 or 2 steps per frame; the first frame takes the 4-step list (below).
     "causal-forcing++-1step": DenoisingSchedule("causal-forcing++-1step", tuple(warp_steps([1000], 5.0)), 5.0),
     "causal-forcing++-2step": DenoisingSchedule("causal-forcing++-2step", tuple(warp_steps([1000, 500], 5.0)), 5.0),
+    # Matrix-Game 2.0 universal and gta_drive: 1000/666/333 warped at shift 5 (templerun takes self-forcing's).
+    "matrix-game": DenoisingSchedule("matrix-game", tuple(warp_steps([1000, 666, 333], 5.0)), 5.0),
     # LongLive 2.0 (Wan2.2 TI2V-5B): 4 UniPC steps at shift 5, the model fed [999, 937, 833, 624].
     "longlive2": _unipc_schedule("longlive2", 4, 5.0),
 }
 # Presets whose first chunk is denoised with another list (Causal Forcing++'s denoising_step_list_first_chunk).
 FIRST_CHUNK_SCHEDULES = {"causal-forcing++-1step": "self-forcing", "causal-forcing++-2step": "self-forcing"}
-SCHEDULE_ALIASES = {"longlive": "self-forcing", "causal-forcing": "self-forcing"}
+SCHEDULE_ALIASES = {"longlive": "self-forcing", "causal-forcing": "self-forcing",
+                    "matrix-game-templerun": "self-forcing"}
 
 
 def get_schedule(name_or_sigmas) -> DenoisingSchedule:

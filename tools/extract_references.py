@@ -1,7 +1,8 @@
 """Extract the public reference implementations that the parity tests run into ``$FASTAR_REFERENCE_DIR``.
 
 Each reference is taken at a fixed commit from a bare mirror or a clone and only its Python and config files
-are written to ``<dest>/<name>/``, with a ``REFERENCE_COMMIT`` file naming where they came from. Sources: one
+(of one sub-folder, for a repository that holds several projects) are written to ``<dest>/<name>/``, with a
+``REFERENCE_COMMIT`` file naming where they came from. Sources: one
 ``--source NAME=PATH`` per reference, or ``--mirrors DIR`` holding them as ``<owner>+<repo>`` (a mirror's
 ``repo/`` inside is found) or as ``<repo>`` clones (``git clone https://github.com/<owner>/<repo>``). Nothing
 here is committed to this repository: ``tests/test_reference_parity.py`` reads the folder named by
@@ -19,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-# name -> (GitHub repository, ref to extract, commit the parity figures were measured at)
+# name -> (GitHub repository, ref to extract, commit the parity figures were measured at[, sub-folder taken])
 REFERENCES = {
     "self_forcing": ("guandeh17/Self-Forcing", "main", "33593df3e81fa3ec10239271dd2c100facac6de1"),
     "rolling_forcing": ("TencentARC/RollingForcing", "main", "a1477d09e85dc759a6a6728f55f77f59342ce388"),
@@ -28,6 +29,9 @@ REFERENCES = {
     "causvid": ("tianweiy/CausVid", "master", "ca2115039172dfa3a02deee1534408a09680f29f"),
     "causal_forcing": ("thu-ml/Causal-Forcing", "main", "1fc7bbc19a503c1bce80ecef08158b20e702f386"),
     "krea_realtime": ("krea-ai/realtime-video", "main", "acf4b7b4e1a3049a0e04782e751d12203334038d"),
+    # The upstream Matrix-Game 2.0 release as the fork carries it (the fork's own changes come later on main);
+    # the repository also holds Matrix-Game 1, so only Matrix-Game-2/ is taken, as the folder's root.
+    "matrix_game": ("zoheth/Matrix-Game", "main", "8ed02bd612df7dcb9df252a445569359b54f1b30", "Matrix-Game-2"),
 }
 KEEP_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".jsonl")
 
@@ -58,32 +62,34 @@ def resolve(git_dir: Path, ref: str, pinned: str, use_pinned: bool) -> str:
 
 def extract(name: str, git_dir: Path, commit: str, dest: Path) -> int:
     out = dest / name
+    subdir = REFERENCES[name][3] if len(REFERENCES[name]) > 3 else ""
+    prefix = f"{subdir}/" if subdir else ""
     if out.exists():
         for p in sorted(out.rglob("*"), reverse=True):
             p.unlink() if p.is_file() or p.is_symlink() else p.rmdir()
     out.mkdir(parents=True, exist_ok=True)
     # Blob by blob rather than git archive: a mirror may lack its largest files, which are never needed here.
     count, skipped = 0, []
-    for line in git(git_dir, "ls-tree", "-r", "-z", commit).split(b"\0"):
+    for line in git(git_dir, "ls-tree", "-r", "-z", commit, *([prefix] if prefix else [])).split(b"\0"):
         if not line:
             continue
         meta, path = line.decode().split("\t", 1)
         mode, kind, blob = meta.split()
-        if kind != "blob" or mode == "120000" or not path.endswith(KEEP_SUFFIXES):
+        if kind != "blob" or mode == "120000" or not path.endswith(KEEP_SUFFIXES) or not path.startswith(prefix):
             continue
         try:
             data = git(git_dir, "cat-file", "blob", blob)
         except subprocess.CalledProcessError:
             skipped.append(path)
             continue
-        target = out / path
+        target = out / path[len(prefix):]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         count += 1
     if skipped:
         print(f"{name}: {len(skipped)} files absent from the mirror, skipped: {', '.join(skipped[:5])}",
               file=sys.stderr)
-    (out / "REFERENCE_COMMIT").write_text(f"{REFERENCES[name][0]} {commit}\n")
+    (out / "REFERENCE_COMMIT").write_text(f"{REFERENCES[name][0]} {commit}{' ' + prefix if prefix else ''}\n")
     return count
 
 
@@ -106,7 +112,7 @@ def main(argv=None) -> int:
     dest = Path(args.dest)
     missing = []
     for name in args.only or REFERENCES:
-        repo, ref, pinned = REFERENCES[name]
+        repo, ref, pinned = REFERENCES[name][:3]
         if name in sources:
             path = Path(sources[name]).expanduser()
         elif args.mirrors:
