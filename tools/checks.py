@@ -227,6 +227,10 @@ def check_generate(args) -> Inputs:
     check_contradictions(args)
     from ..fastar_core.schedule import get_schedule
 
+    # Left out, the schedule is Self-Forcing's for the Wan2.1 families and a world model's own for Matrix-Game.
+    args.schedule_given = args.schedule is not None
+    if args.schedule is None:
+        args.schedule = "self-forcing"
     try:
         get_schedule(args.schedule)
     except FastARError as e:

@@ -67,8 +67,13 @@ def run_generate(args) -> int:
 
 def _run(args, inputs, device, parallel) -> int:
     from ..fastar_core.engine import build_sampler
+    from ..fastar_core.model_files import is_matrix_game_file
     from .args import settings_from_arguments
 
+    if is_matrix_game_file(args.checkpoint):
+        from .generate_world import run_world
+
+        return run_world(args, inputs, device, parallel)
     is_main = parallel is None or parallel.rank == 0
     ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora, weights_entry=args.weights_entry)
     cfg = ckpt.config
