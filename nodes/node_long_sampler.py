@@ -83,8 +83,9 @@ class LongVideoSampler:
                                                         "LongLive, Krea; 1 for frame-wise Causal Forcing)."),
                 "schedule": combo(SCHEDULE_PRESETS, "Denoising steps per chunk: Self-Forcing 4-step (also LongLive, "
                                                     "Causal Forcing), Rolling Forcing 5-step, CausVid 3-step, Krea "
-                                                    "Realtime 5-step (its server's list, ending at timestep 0), Matrix-Game 3-step (universal and "
-                                                    "gta_drive; templerun takes Self-Forcing 4-step), "
+                                                    "Realtime 5-step (its server's list, ending at timestep 0), "
+                                                    "Matrix-Game 3-step (universal and gta_drive; templerun takes "
+                                                    "Self-Forcing 4-step), "
                                                     "Causal Forcing++ 1- or 2-step (frame-wise; its first frame "
                                                     "takes the 4-step list). A connected 'sigmas' input replaces "
                                                     "it."),
