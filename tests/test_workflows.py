@@ -256,15 +256,17 @@ def test_the_first_workflows_need_only_files_the_editor_downloads():
 
 
 
-def test_the_world_model_workflow_agrees_with_itself_and_its_variant():
+@pytest.mark.parametrize("variant, steps", [("templerun", [1000, 750, 500, 250]), ("universal", [1000, 666, 333])])
+def test_the_world_model_workflows_agree_with_themselves_and_their_variant(variant, steps):
     """World Model Start and the sampler make the same video, the script's times are Create Video's frames, and
-    the sampler runs the variant's own settings (TempleRun: 3 frames per block, a window of 6 frames and no sink,
-    4 steps 1000/750/500/250 warped at shift 5, which is the Self-Forcing list)."""
+    the sampler runs the variant's own settings (its inference config: 3 frames per block, a window of 6 frames
+    and no sink, the steps warped at shift 5; TempleRun's four are the Self-Forcing list)."""
+    from comfyui_fastar.fastar_core.matrix_game.config import MatrixGameConfig
     from comfyui_fastar.fastar_core.schedule import get_schedule, warp_steps
     from comfyui_fastar.nodes.constants import SCHEDULE_PRESETS
     from comfyui_fastar.nodes.node_action_script import script_from_widgets
 
-    wf = json.loads((ROOT / "example_workflows" / "fastar_world_model_templerun.json").read_text())
+    wf = json.loads((ROOT / "example_workflows" / f"fastar_world_model_{variant}.json").read_text())
     by_type = {n["type"]: n for n in wf["nodes"]}
 
     def value(node_type, name):
@@ -275,10 +277,13 @@ def test_the_world_model_workflow_agrees_with_itself_and_its_variant():
     assert value("FastAR_ActionScript", "fps") == by_type["CreateVideo"]["widgets_values"][0]
     actions = script_from_widgets(value("FastAR_ActionScript", "variant"), value("FastAR_ActionScript", "fps"),
                                   value("FastAR_ActionScript", "script"))
-    assert actions.variant == "templerun" and not actions.unused(value("FastAR_LongVideoSampler", "length"))
+    assert actions.variant == variant and not actions.unused(value("FastAR_LongVideoSampler", "length"))
     assert (value("FastAR_LongVideoSampler", "frames_per_block"), value("FastAR_LongVideoSampler", "cache_policy"),
             value("FastAR_LongVideoSampler", "sink_frames"), value("FastAR_LongVideoSampler", "window_frames")) == \
         (3, "window", 0, 6)
     schedule = get_schedule(SCHEDULE_PRESETS[value("FastAR_LongVideoSampler", "schedule")])
-    assert list(schedule.sigmas) == warp_steps([1000, 750, 500, 250], 5.0)
+    assert list(schedule.sigmas) == warp_steps(steps, 5.0)
+    assert schedule.name == get_schedule(MatrixGameConfig(action={"keyboard_dim_in": 4 if variant == "universal"
+                                                                  else 7, "enable_mouse": variant == "universal"})
+                                         .schedule_name).name
     assert value("CLIPVisionEncode", "crop") == "none"
