@@ -31,6 +31,7 @@ from .checkpoint_layout import (  # noqa: F401 - KNOWN_PREFIXES, DTYPES and expe
     resolve_dtype,
 )
 from .errors import CheckpointError, FastARError
+from .matrix_game.keys import is_matrix_game
 from .memory import check_fits
 from .wan_config import WAN22_LATENT_CHANNELS, WanConfig
 from .wan_model import WanModel
@@ -233,6 +234,10 @@ def _load(path, dtype, expect, config, lora, lora_alpha, check_finite, weights_e
     found = {}
 
     def before_load(infos, metadata):  # safetensors: the whole layout is checked from its header
+        if is_matrix_game(infos):
+            raise CheckpointError(path, "is a Matrix-Game 2.0 checkpoint (CLIP-vision context and action modules, "
+                                        "no text embedding): load it with matrix_game.checkpoint.load_matrix_game, "
+                                        "which reads the config.json beside it")
         declared = {}
         for k, info in infos.items():
             if info.dtype not in _ST_DTYPES:

@@ -7,24 +7,32 @@ Needs ``einops`` (the reference uses it throughout), ``pyyaml`` and ``safetensor
 API (everything fp32, batch 1, on CPU):
 
 ``VARIANTS``: ``universal`` (4 keys + mouse), ``gta_drive`` (2 keys + mouse, window 4), ``templerun`` (7 keys,
-no mouse, 4 steps). ``TINY`` is the model shape used for all three (``TinyShape``: dim 64, 2 heads, 3 layers
-with the action module in the first two, 4x6 latents = 6 tokens per frame, action attention 2 heads of 32).
+no mouse, 4 steps). ``TinyShape`` is a model shape; ``TINY`` (dim 64, 2 heads, 3 layers with the action module
+in the first two, 4x6 latents = 6 tokens per frame, action attention 2 heads of 32) is the default, ``TINY_B``
+(dim 72, 3 heads of 24, 4 layers, action module in three, 4x4 latents, 4 action heads of 16) the second case;
+``SHAPES`` holds both. Every function takes ``shape=`` (the same one for a checkpoint and its runs).
 
-``write_checkpoint(folder, variant, seed=0, shape=TINY) -> Path``
-    Builds the reference ``CausalWanModel`` from a tiny ``config.json`` (the release's, sizes shrunk), gives it
-    seeded weights of realistic statistics (``randomize``), and writes it as the release ships it:
+``write_checkpoint(folder, variant, seed=0, shape=TINY, dtype=torch.float32) -> Path``
+    Builds the reference ``CausalWanModel`` from a tiny ``config.json`` (the release's, sizes shrunk:
+    ``tiny_config``), gives it seeded weights (``randomize``), and writes it as the release ships it:
     ``folder/<release dir>/config.json`` and, beside it, a flat safetensors file whose keys are the wrapper's
     (``model.``-prefixed: ``model.blocks.0.action_model.mouse_mlp.0.weight``, ``model.img_emb.proj.1.bias``,
     ...). Returns the safetensors path; ``path.parent`` is the folder the reference's ``model_config`` names.
+    Weight statistics as ``parity_models``' (self-attention heads from broad to focused, value paths scaled up,
+    cross-attention sharpened), the action module's layers variance-preserving with its output projections x3
+    and the mouse columns of its MLP x10, so actions move the video by 10 to 20 %; the action RMSNorm weights,
+    which the reference never reads, are random (0.5 to 1.5), so a port that applies them differs. Measured on a
+    24-frame rollout: a query's largest weight averages 22 to 30 % in self-attention (52 to 62 % of the keys
+    carry weight), 39 % over the 257 CLIP tokens (11 % carry), 34 to 45 % over the 3 to 6 action tokens.
 
-``make_inputs(variant, frames, seed=0, shape=TINY) -> Inputs``
+``make_inputs(variant, frames, seed=0, shape=TINY) -> Inputs`` (and ``random_actions(variant, frames, seed)``)
     Seeded inputs for ``frames`` latent frames: initial noise ``[1, 16, F, h, w]``, the start image's latents
-    ``[1, 16, F, h, w]`` (what the VAE gives for the image followed by 4(F-1) black frames: every frame
-    non-zero), CLIP-vision features ``[1, 257, 1280]``, keyboard ``[1, 1 + 4(F-1), K]`` multi-hot (templerun
-    one-hot) and mouse ``[1, 1 + 4(F-1), 2]`` deltas (None for templerun), piecewise constant over random runs
-    of pixel frames, so every chunk sees different actions.
+    ``[1, 16, F, h, w]`` (what the VAE gives for the image followed by 4(F-1) zero frames, mid-grey in its
+    [-1, 1] pixels: every latent frame non-zero), CLIP-vision features ``[1, 257, 1280]``, keyboard
+    ``[1, 1 + 4(F-1), K]`` multi-hot (templerun one-hot) and mouse ``[1, 1 + 4(F-1), 2]`` deltas (None for
+    templerun), piecewise constant over random runs of pixel frames, so every chunk sees different actions.
 
-``run_reference(checkpoint, variant, inputs, *, noise_draws=None, renoise_seed=0) -> Rollout``
+``run_reference(checkpoint, variant, inputs, *, noise_draws=None, renoise_seed=0, shape=TINY) -> Rollout``
     Runs what ``inference.py`` runs: ``WanDiffusionWrapper(**model_kwargs)`` built from the variant's inference
     yaml (``configs/inference_yaml/inference_<variant>.yaml``: its step list, warp, 3 frames per block,
     ``context_noise``, ``timestep_shift``) with ``model_config`` pointing at ``checkpoint.parent``,
@@ -36,6 +44,19 @@ with the action module in the first two, 4x6 latents = 6 tokens per frame, actio
     order (``Pass``: chunk, step index or ``None`` for the clean commit pass, timestep, ``x0``); ``timesteps``
     the warped step list; ``noise_draws`` the re-noise tensors used.
 
+``run_streaming_reference(checkpoint, variant, inputs, typed, ...) -> Rollout``
+    The interactive loop (``CausalInferenceStreamingPipeline``, as ``inference_streaming.py`` drives it): before
+    each chunk the reference's own ``get_current_action`` reads the keys in ``typed`` (one tuple of answers per
+    chunk: universal ``("l", "w")`` = mouse key then keyboard key, gta_drive ``("w a",)``, templerun ``("z",)``)
+    and writes that action over the chunk's pixel frames (``chunk_pixel_frames``: 0..8 for chunk 0, then
+    12c-3 .. 12c+8); ``Rollout.keyboard``/``mouse`` hold the per-pixel-frame actions it ended with, which
+    ``streamed_actions(per_chunk, n)`` rebuilds from one vector per chunk. Same bits as ``run_reference`` on those
+    actions (checked).
+
+``cond_concat(image_latents)`` is the 20 channels put after the noisy latent; ``reference(shape)`` the import
+context itself (a namespace of the reference's ``causal_model``, ``wrapper`` and ``pipeline`` modules, gone on
+exit), for a test that drives one of its modules directly (an ``ActionModule`` of a checkpoint, say).
+
 Re-noising (how to give the pack's noise to the reference): after every step but the last of a chunk, the
 reference calls ``torch.randn_like`` once on the chunk's x0 laid out ``[(b f), c, h, w]``. During
 ``run_reference`` that call is served from a list of ``reference_harness.NoiseDraw`` (``chunk``, ``step``,
@@ -45,6 +66,43 @@ for (chunk c, step i) re-noising x0 of step i to step i + 1's timestep. Pass the
 ``torch.Generator().manual_seed(renoise_seed)``, one ``torch.randn([1, 16, 3, h, w])`` per draw in that order,
 and returns them in ``Rollout.noise_draws`` (hand those to the pack's noise source). The number of draws must
 match exactly (``NoiseTape`` checks both ways).
+
+What the reference computes, as read in its code and checked by ``tests/test_matrix_game_reference.py`` where
+marked (what a port must match):
+- Keys, per pixel frame: universal ``[W, S, A, D]`` (forward, back, left, right; multi-hot), gta_drive
+  ``[W, S]``, templerun one-hot ``[no move, jump, slide, turn left, turn right, left side, right side]``; mouse
+  ``[pitch, yaw]`` (up and right positive; the release's keys give 0.1 per frame), none for templerun. The
+  interactive keys (checked): universal mouse ``i k j l u`` = up, down, left, right, none and keyboard
+  ``w s a d q``; gta_drive ``w s q`` and ``a d`` (steering on yaw); templerun ``q w s z c a d`` = indices 0, 1,
+  2, 3, 4, 5, 6.
+- Input of 36 channels per pass: ``cat([noisy latent (16), mask (4), image latents (16)])`` on the chunk's frames;
+  the mask is 1 on latent frame 0 and 0 after. No text: the cross-attention context is ``img_emb`` (LayerNorm,
+  Linear, GELU, Linear, LayerNorm) of the 257 CLIP tokens, run every pass; its keys and values are cached at
+  the first pass. ``cross_attn_norm`` is on (the constructor's default; config.json does not set it).
+- Action module (blocks in ``action_config.blocks``) between cross-attention and the FFN, returning
+  ``x + mouse(x) + keyboard(x + mouse(x))``. Action windows (checked): latent frame f reads pixel frames
+  ``4f-12 .. 4f-1`` (frame 0 repeated before the start), so a chunk (3 frames from f0) is given the actions up
+  to pixel frame ``4(f0+2)`` and reads up to ``4(f0+2)-1``: a rollout's last pixel frame is never read.
+  Mouse: per spatial location, ``cat(hidden, window)`` with the 12x2 window flattened frame-major ->
+  ``mouse_mlp`` -> ``t_qkv`` (q, k, v outermost) -> RMSNorm of q, k without weight (eps 1e-6) -> RoPE ->
+  attention over that location's cache -> ``proj_mouse``. Keyboard: ``keyboard_embed`` of every pixel frame
+  (the padded ones too), the 12 embeddings of a window concatenated -> ``keyboard_attn_kv`` (k, v outermost):
+  one key/value per latent frame, attended by every token (q = ``mouse_attn_q`` of ``x + mouse(x)``) ->
+  ``proj_keyboard``. Action RoPE: theta 256, pairs interleaved (real, imaginary adjacent), position = absolute
+  latent frame; only the first ``rope_dim_list[0]`` dims of a head turn (its h and w axes are at position 0);
+  computed in float32. No causal mask inside a chunk: its 3 frames see each other's action tokens.
+- Caches (three per block: self-attention ``[1, L*tpf, heads, hd]`` with keys after RoPE at absolute frames,
+  keyboard ``[1, L, action heads, hd]``, mouse ``[tpf, L, action heads, hd]``), ``L = local_attn_size`` (6;
+  gta_drive 4), no sink. The first pass of a chunk that does not fit evicts the oldest frames and appends; the
+  chunk's later passes (steps 2.. and the clean pass) overwrite the same slots; every pass attends to the whole
+  cache, current chunk included: ``L - 3`` context frames (universal, templerun 3; gta_drive 1).
+- Schedule (checked): ``FlowMatchScheduler(shift=5, sigma_min=0, extra_one_step=True)`` at 1000 steps, float32;
+  the yaml's list warped as ``timesteps[1000 - t]``: universal and gta_drive 1000, 908.8427, 713.9794; templerun
+  1000, 937.5, 833.3333, 625. Each chunk starts from its slice of the initial noise; x0 = x_t - sigma * flow (in
+  float64, cast back), re-noised to the next step as ``(1 - sigma') x0 + sigma' eps`` (float32); the last step's
+  x0 is the chunk's output; then one clean pass at t = ``context_noise`` = 0 commits it to all three caches.
+  The model's time input is the float32 timestep per frame.
+- Batch 1 only (the keyboard cache keeps ``k[:1]``); the self-attention RoPE table has 1024 frames.
 
 What differs from running the release (each a stand-in for a CUDA-only or IO part; none touches the math):
 - ``flash_attn`` (imported unconditionally by ``action_module.py``): ``flash_attn_func`` is fp32 SDPA in the
@@ -68,6 +126,8 @@ What differs from running the release (each a stand-in for a CUDA-only or IO par
   inert; ``demo_utils.constant.ZERO_VAE_CACHE`` (about 1 GB of zeros for the 352x640 VAE decoder, every entry
   set to None by the pipeline before use) is a list of Nones; the VAE decoder handed to ``inference`` returns
   its input and cache (only the latents are compared).
+- the interactive loop: ``input()`` answers from ``typed`` (then "" to its "Continue?"), the ``.cuda()`` of
+  the action it reads is dropped (5 occurrences), its video previews (``process_video``) are inert.
 - no ``.to(bfloat16)``: ``inference.py`` casts the pipeline and inputs to bf16; everything stays fp32 here.
 """
 
@@ -77,7 +137,6 @@ import contextlib
 import inspect
 import io
 import json
-import math
 import types
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -139,10 +198,15 @@ class TinyShape:
 
 
 TINY = TinyShape()
+# A second shape, so a constant or an index that only happens to agree at one shape shows at the other: 3 heads of
+# 24, 4 layers with the action module in three, 4x4 latents (4 tokens per frame), action attention 4 heads of 16.
+TINY_B = TinyShape(dim=72, num_heads=3, num_layers=4, ffn_dim=144, latent_hw=(4, 4), action_blocks=(0, 1, 2),
+                   action_heads=4, action_hidden=64, keyboard_embed=8, rope_dims=(4, 6, 6))
+SHAPES = (TINY, TINY_B)
 
 # Weight statistics (see tests/parity_models.py for why each gain is there): self-attention heads from broad to
 # focused, value paths scaled so self- and cross-attention carry weight in the residual stream.
-HEAD_GAINS = (1.0, 1.6)
+HEAD_GAINS = {2: (1.0, 1.6), 3: (0.9, 1.3, 1.8)}
 SELF_VALUE_GAIN = 3.0
 CROSS_QK_GAIN = 2.0
 CROSS_VALUE_GAIN = 4.0
@@ -223,7 +287,8 @@ def _flash_attn() -> types.ModuleType:
 
 def _vae_constant() -> types.ModuleType:
     module = types.ModuleType("demo_utils.constant")
-    module.ZERO_VAE_CACHE = [None] * 32  # the pipeline sets every entry to None before the first decode
+    # As many entries as the release's; the pipeline sets every one to None before the first decode.
+    module.ZERO_VAE_CACHE = [None] * 32
     return module
 
 
@@ -245,8 +310,10 @@ def geometry(shape: TinyShape) -> list:
 
 
 def reference_spec(shape: TinyShape = TINY) -> rh.ReferenceSpec:
+    # The interactive loop's key reader moves each action to the GPU.
+    on_cpu = rh.Rewrite("pipeline.causal_inference", ").cuda()", ")", 5)
     return rh.ReferenceSpec(
-        name=REFERENCE_NAME, rewrites=geometry(shape),
+        name=REFERENCE_NAME, rewrites=[*geometry(shape), on_cpu],
         empty_packages=("wan", "wan.modules", "wan.utils", "pipeline", "utils", "demo_utils"),
         inert_modules=("utils.visualize",),
         extra_modules={**_diffusers(), "flash_attn": _flash_attn(), "demo_utils.constant": _vae_constant()})
@@ -284,7 +351,7 @@ def randomize(model: torch.nn.Module, shape: TinyShape, seed: int) -> None:
                 # them differs.
                 p.copy_(0.5 + torch.rand(p.shape, generator=g))
             elif name.endswith(("self_attn.norm_q.weight", "self_attn.norm_k.weight")):
-                p.copy_(torch.tensor(HEAD_GAINS).repeat_interleave(shape.head_dim))
+                p.copy_(torch.tensor(HEAD_GAINS[shape.num_heads]).repeat_interleave(shape.head_dim))
             elif name.endswith(("cross_attn.norm_q.weight", "cross_attn.norm_k.weight")):
                 p.fill_(CROSS_QK_GAIN)
             elif name.endswith("bias") and p.ndim == 1:
@@ -312,8 +379,9 @@ def randomize(model: torch.nn.Module, shape: TinyShape, seed: int) -> None:
                 am.mouse_mlp[0].weight[:, shape.dim:].mul_(MOUSE_INPUT_GAIN)  # [hidden | mouse window] input
 
 
-def write_checkpoint(folder, variant: str, seed: int = 0, shape: TinyShape = TINY) -> Path:
-    """A tiny checkpoint as the release ships it; returns the safetensors path (config.json beside it)."""
+def write_checkpoint(folder, variant: str, seed: int = 0, shape: TinyShape = TINY, dtype=torch.float32) -> Path:
+    """A tiny checkpoint as the release ships it; returns the safetensors path (config.json beside it). ``dtype``
+    bfloat16 writes it as the release's files are stored (the reference loads it into its fp32 model)."""
     from safetensors.torch import save_file
 
     v = VARIANTS[variant]
@@ -323,7 +391,7 @@ def write_checkpoint(folder, variant: str, seed: int = 0, shape: TinyShape = TIN
     with reference(shape) as ref, torch.random.fork_rng():
         model = ref.causal_model.CausalWanModel.from_config(str(out))
         randomize(model, shape, seed)
-        state = {"model." + k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+        state = {"model." + k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
     path = out / v.release_file
     save_file(state, str(path))
     return path
@@ -378,6 +446,24 @@ def make_inputs(variant: str, frames: int, seed: int = 0, shape: TinyShape = TIN
     return Inputs(noise, image_latents, clip, keyboard, mouse)
 
 
+def chunk_pixel_frames(chunk: int, per_block: int = 3) -> range:
+    """The pixel frames a chunk's latents decode to (latent 0 -> pixel 0, latent f -> 4f-3 .. 4f): where the
+    interactive loop writes the action read before that chunk."""
+    f0 = chunk * per_block
+    end = 1 + 4 * (f0 + per_block - 1)
+    return range(end - (1 + 4 * (per_block - 1) if f0 == 0 else 4 * per_block), end)
+
+
+def streamed_actions(per_chunk: list, n_pixel_frames: int, per_block: int = 3) -> torch.Tensor:
+    """Per-pixel-frame actions ``[1, N, D]`` from one action vector ``[D]`` per chunk, as the interactive loop
+    lays them out (``chunk_pixel_frames``)."""
+    out = torch.zeros(1, n_pixel_frames, per_chunk[0].shape[-1])
+    for c, action in enumerate(per_chunk):
+        span = chunk_pixel_frames(c, per_block)
+        out[0, span.start:span.stop] = action
+    return out
+
+
 def cond_concat(image_latents: torch.Tensor) -> torch.Tensor:
     """The 20 channels ``inference.py`` puts after the noisy latent: a 4-channel mask, 1 on latent frame 0 and 0
     on the others, then the image latents (36 = 16 noisy + 4 mask + 16 image)."""
@@ -402,6 +488,8 @@ class Rollout:
     timesteps: torch.Tensor  # the warped step list the pipeline ran
     passes: list = field(default_factory=list)
     noise_draws: list = field(default_factory=list)  # reference_harness.NoiseDraw, in draw order
+    keyboard: torch.Tensor | None = None  # the per-pixel-frame actions the reference ended with
+    mouse: torch.Tensor | None = None
 
     def chunk_x0(self, chunk: int) -> list:
         """x0 of each denoising step of one chunk, in order (the last is the chunk's output)."""
@@ -427,12 +515,51 @@ def own_noise_draws(frames: int, steps: int, seed: int, shape: TinyShape = TINY,
 
 def run_reference(checkpoint, variant: str, inputs: Inputs, *, noise_draws=None, renoise_seed: int = 0,
                   shape: TinyShape = TINY) -> Rollout:
+    """The release's ``inference.py`` loop (``CausalInferencePipeline``) on ``inputs``' per-pixel-frame actions."""
+    return _run(checkpoint, variant, inputs, noise_draws, renoise_seed, shape, typed=None)
+
+
+def run_streaming_reference(checkpoint, variant: str, inputs: Inputs, typed, *, noise_draws=None,
+                            renoise_seed: int = 0, shape: TinyShape = TINY) -> Rollout:
+    """The release's interactive loop (``CausalInferenceStreamingPipeline``, ``inference_streaming.py``): before
+    each chunk its ``get_current_action`` reads what a person types, mapped by the reference's own key tables,
+    and writes that action over the chunk's pixel frames of ``inputs``' actions (see ``streamed_actions``).
+
+    ``typed``: per chunk, the answers to that chunk's prompts, in order: universal ``(mouse key, keyboard key)``
+    from ``i k j l u`` and ``w s a d q``; gta_drive ``("w a",)`` style (``w s q`` and ``a d``, space-separated);
+    templerun ``(key,)`` from ``w s a d z c q``. ``Rollout.keyboard``/``mouse`` are the per-pixel-frame actions
+    the reference ended with; a script too short, or a key the reference does not know (it would ask again
+    forever), is an error."""
+    return _run(checkpoint, variant, inputs, noise_draws, renoise_seed, shape, typed=list(typed))
+
+
+class _Typist:
+    """``input()`` for the interactive loop: the scripted answers in order, then "" to "Continue?". A prompt
+    asked once the script is spent gets a valid no-op answer (the reference loops until it gets one) and the run
+    is refused afterwards."""
+
+    def __init__(self, typed):
+        self.answers = [a for chunk in typed for a in (*chunk, "")]
+        self.spent = False
+
+    def __call__(self, prompt=""):
+        if self.answers:
+            answer = self.answers.pop(0)
+            if (answer == "") != prompt.startswith("Continue?"):
+                self.spent = True  # out of step with the prompts: a key the reference refused
+            return answer
+        self.spent = True
+        return "" if prompt.startswith("Continue?") else ("u" if "mouse" in prompt else "q")
+
+
+def _run(checkpoint, variant, inputs, noise_draws, renoise_seed, shape, typed):
+    import builtins
+
     from safetensors.torch import load_file
 
     v = VARIANTS[variant]
     checkpoint = Path(checkpoint)
-    root = rh.reference_root(REFERENCE_NAME)
-    config = _load_yaml(root / v.yaml)
+    config = _load_yaml(rh.reference_root(REFERENCE_NAME) / v.yaml)
     mode = config.pop("mode")
     config["model_kwargs"] = {**config["model_kwargs"], "model_config": str(checkpoint.parent)}
     args = types.SimpleNamespace(**config)
@@ -444,10 +571,13 @@ def run_reference(checkpoint, variant: str, inputs: Inputs, *, noise_draws=None,
     n_raw = 1 + 4 * (inputs.frames - 1)
     if inputs.keyboard.shape != (1, n_raw, v.keyboard_dim):
         raise ValueError(f"keyboard must be [1, {n_raw}, {v.keyboard_dim}], got {list(inputs.keyboard.shape)}")
+    if typed is not None and len(typed) != inputs.frames // per_block:
+        raise ValueError(f"typed: one entry per chunk ({inputs.frames // per_block}), got {len(typed)}")
 
     with reference(shape) as ref, torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()):
         generator = ref.wrapper.WanDiffusionWrapper(**args.model_kwargs, is_causal=True)
-        pipeline = ref.pipeline.CausalInferencePipeline(args, generator=generator)
+        cls = ref.pipeline.CausalInferencePipeline if typed is None else ref.pipeline.CausalInferenceStreamingPipeline
+        pipeline = cls(args, generator=generator)
         missing, unexpected = pipeline.generator.load_state_dict(load_file(str(checkpoint)))
         assert not missing and not unexpected
         steps = len(pipeline.denoising_step_list)
@@ -470,19 +600,27 @@ def run_reference(checkpoint, variant: str, inputs: Inputs, *, noise_draws=None,
 
         hook = pipeline.generator.register_forward_hook(record, with_kwargs=True)
         tape = rh.NoiseTape(noise_draws, rh.frames_first)
+        typist, original_input = _Typist(typed or []), builtins.input
         try:
             with torch.no_grad(), tape.patched():
-                latents = pipeline.inference(noise=inputs.noise.clone(), conditional_dict=conditional,
-                                             return_latents=True, vae=_vae_stand_in, mode=mode)
+                if typed is None:
+                    latents = pipeline.inference(noise=inputs.noise.clone(), conditional_dict=conditional,
+                                                 return_latents=True, vae=_vae_stand_in, mode=mode)
+                else:
+                    builtins.input = typist
+                    latents = pipeline.inference(noise=inputs.noise.clone(), conditional_dict=conditional,
+                                                 return_latents=True, vae=_vae_stand_in, output_folder="",
+                                                 name="tiny", mode=mode)
         finally:
+            builtins.input = original_input
             hook.remove()
+        if typist.spent:
+            raise ValueError(f"typed: the script does not answer the reference's prompts ({typed!r})")
         timesteps = pipeline.denoising_step_list.clone()
-    return Rollout(latents.detach().clone(), timesteps, passes, list(noise_draws))
+    mouse = conditional.get("mouse_cond")
+    return Rollout(latents.detach().clone(), timesteps, passes, list(noise_draws), conditional["keyboard_cond"],
+                   None if mouse is None else mouse)
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return rh.relative_error(a, b)
-
-
-def chunks_of(frames: int, per_block: int = 3) -> int:
-    return math.ceil(frames / per_block)

@@ -15,10 +15,11 @@ from matrix_game_models import (
 )
 
 from comfyui_fastar.fastar_core.actions import Actions, pixel_frames
+from comfyui_fastar.fastar_core.checkpoint import load_checkpoint
 from comfyui_fastar.fastar_core.errors import CheckpointError, FastARError
 from comfyui_fastar.fastar_core.matrix_game.action import action_rope, action_windows
 from comfyui_fastar.fastar_core.matrix_game.caches import FrameWindowCache
-from comfyui_fastar.fastar_core.matrix_game.checkpoint import is_matrix_game, load_matrix_game, save_matrix_game
+from comfyui_fastar.fastar_core.matrix_game.checkpoint import file_is_matrix_game, load_matrix_game, save_matrix_game
 from comfyui_fastar.fastar_core.matrix_game.config import from_reference_config
 from comfyui_fastar.fastar_core.matrix_game.family import MatrixGameFamily
 
@@ -206,10 +207,9 @@ def test_checkpoint_round_trip_and_recognition(tmp_path):
     save_matrix_game(runner.model, path)
     model, ckpt = load_matrix_game(path)
     assert ckpt.prefix == "model." and ckpt.config.variant == "gta_drive" and ckpt.config == runner.model.config
-    from safetensors import safe_open
-
-    with safe_open(str(path), "pt") as f:
-        assert is_matrix_game(list(f.keys()))
+    assert file_is_matrix_game(path) and not file_is_matrix_game(path.parent / "config.json")
+    with pytest.raises(CheckpointError, match="Matrix-Game 2.0 checkpoint"):
+        load_checkpoint(path)  # the Wan loader names what the file is
     from comfyui_fastar.fastar_core.runner import CausalRunner
 
     cond = conditioning(6, variant="gta_drive")
@@ -250,11 +250,56 @@ def test_released_configs_read_as_their_variants():
 # -- FAST-AR on it -------------------------------------------------------------------------------------------
 
 
-def test_long_tempcache_rollout_keeps_cache_bytes_flat():
+def test_long_tempcache_rollout_keeps_cache_bytes_flat_and_is_steered_and_repeatable():
     runner = tiny_runner(layers=2, action_blocks=(0,))
     frames = 150
-    result = rollout(runner, conditioning(frames), frames, cache=tempcache_spec(capacity_frames=6))
+    spec = tempcache_spec(capacity_frames=6)
+    result = rollout(runner, conditioning(frames, actions=random_actions("universal", frames, seed=8)), frames,
+                     cache=spec)
     sizes = [c.cache_bytes for c in result.chunks]
     assert len(sizes) == 50 and max(sizes) <= result.cache_stats["allocated_bytes"]
     assert sizes[5:] == [sizes[5]] * (len(sizes) - 5), sizes[:8]
     assert torch.isfinite(result.latent).all()
+    again = rollout(runner, conditioning(frames, actions=random_actions("universal", frames, seed=8)), frames,
+                    cache=spec)
+    assert torch.equal(again.latent, result.latent)
+    other = rollout(runner, conditioning(frames, actions=random_actions("universal", frames, seed=9)), frames,
+                    cache=spec)
+    late = (other.latent - result.latent)[:, :, -30:]
+    assert late.abs().max() > 1e-3  # the actions still steer 120 frames in
+
+
+def test_a_batch_item_is_the_same_rollout_alone():
+    runner = tiny_runner()
+    steer = random_actions("universal", 6, seed=1)  # actions steer every batch item alike
+    one, two = conditioning(6, seed=1, actions=steer), conditioning(6, seed=2, actions=steer)
+    both = conditioning(6, seed=1, actions=steer)
+    both.concat = torch.cat([one.concat, two.concat])
+    both.clip = torch.cat([one.clip, two.clip])
+    batch = rollout(runner, both, 6, batch=2).latent
+    alone = rollout(runner, two, 6, batch=1, batch_index=(1,)).latent
+    assert torch.allclose(batch[1:], alone, rtol=0, atol=1e-5), (batch[1:] - alone).abs().max()
+    assert (batch[0] - batch[1]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("local_attn_size", "6", "local_attn_size"),
+    ("dim", 0, "dim"),
+    ("action_config.blocks", "0-14", "blocks"),
+    ("action_config.patch_size", 2, "patch_size"),
+    ("action_config.enable_mouse", "yes", "enable_mouse"),
+    ("action_config.rope_dim_list", [8, 8, 8], "rope_dim_list"),
+    ("action_config.heads_num", 0, "heads_num"),
+])
+def test_a_bad_config_json_is_refused_naming_its_field(tmp_path, field, value, match):
+    import json
+
+    path = tmp_path / "m.safetensors"
+    save_matrix_game(tiny_runner().model, path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    target, key = (cfg["action_config"], field.split(".")[1]) if "." in field else (cfg, field)
+    target[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=match) as err:
+        load_matrix_game(path)
+    assert "config.json" in str(err.value)

@@ -106,3 +106,34 @@ def test_actions_one_pixel_frame_late_depart(case, variant):
     mouse = None if inputs.mouse is None else torch.cat([inputs.mouse[0, :1], inputs.mouse[0, :-1]])
     late, _ = pack_rollout(checkpoint, variant, inputs, actions=Actions(keyboard, mouse))
     assert rh.relative_error(late.latent, reference.latents) > 100 * TOL
+
+
+TYPED = {  # what a person types before each of the 8 chunks, in the reference's interactive prompts
+    "universal": [("u", "w"), ("l", "w"), ("l", "q"), ("i", "a"), ("j", "d"), ("k", "s"), ("u", "q"), ("l", "d")],
+    "gta_drive": [("w",), ("w a",), ("d",), ("s d",), ("q",), ("w d",), ("a",), ("s",)],
+    "templerun": [("w",), ("z",), ("q",), ("c",), ("a",), ("d",), ("s",), ("w",)],
+}
+
+
+@pytest.mark.parametrize("variant", ["universal", "gta_drive", "templerun"])
+def test_steering_chunk_by_chunk_matches_the_reference_interactive_loop(case, variant):
+    """The reference's interactive loop asks for an action before each chunk and writes it over that chunk's
+    pixel frames; the pack's rollout, handed each chunk's actions only when it asks for them (an ``Actions``
+    source), gives the same video, and asks once per chunk for exactly the frames up to the chunk's end."""
+    checkpoint, inputs, _, _ = case(variant)
+    _, draws = pack_rollout(checkpoint, variant, inputs)  # the pack's noise, the same whatever the actions
+    live = mg.run_streaming_reference(checkpoint, variant, inputs, TYPED[variant], noise_draws=draws)
+    asked = []
+
+    def player(known, needed):
+        asked.append((known, needed))
+        mouse = None if live.mouse is None else live.mouse[0, known:needed]
+        return live.keyboard[0, known:needed], mouse
+
+    keys = live.keyboard.shape[-1]
+    start = Actions(torch.zeros(0, keys), None if live.mouse is None else torch.zeros(0, 2), source=player)
+    ours, _ = pack_rollout(checkpoint, variant, inputs, actions=start)
+    err = rh.relative_error(ours.latent, live.latents)
+    assert err <= TOL, (variant, err)
+    ends = [1 + 4 * (3 * c + 2) for c in range(FRAMES // 3)]
+    assert asked == list(zip([0, *ends[:-1]], ends))

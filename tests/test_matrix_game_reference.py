@@ -37,13 +37,13 @@ def base(tmp_path_factory):
     """Per variant: checkpoint, inputs and the rollout on them, computed once."""
     cache = {}
 
-    def get(variant):
-        if variant not in cache:
+    def get(variant, shape=mg.TINY):
+        if (variant, shape) not in cache:
             folder = tmp_path_factory.mktemp(variant)
-            ck = mg.write_checkpoint(folder, variant, seed=3)
-            inputs = mg.make_inputs(variant, FRAMES, seed=5)
-            cache[variant] = (ck, inputs, mg.run_reference(ck, variant, inputs, renoise_seed=7))
-        return cache[variant]
+            ck = mg.write_checkpoint(folder, variant, seed=3, shape=shape)
+            inputs = mg.make_inputs(variant, FRAMES, seed=5, shape=shape)
+            cache[variant, shape] = (ck, inputs, mg.run_reference(ck, variant, inputs, renoise_seed=7, shape=shape))
+        return cache[variant, shape]
 
     return get
 
@@ -144,3 +144,56 @@ def test_checkpoint_is_in_the_release_layout(base, variant):
     assert blocks == set(mg.TINY.action_blocks)
     has_mouse = any(".action_model.mouse_mlp." in k for k in keys)
     assert has_mouse == mg.VARIANTS[variant].mouse
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_second_shape_runs_and_steers(base, variant):
+    """The geometry rewrites and the action caches at another shape (3 heads, 4 tokens per frame, 4 action
+    heads of 16): the rollout runs, is finite, and follows its actions."""
+    shape = mg.TINY_B
+    ck, inputs, first = base(variant, shape)
+    assert first.latents.shape == (1, 16, FRAMES, *shape.latent_hw) and torch.isfinite(first.latents).all()
+    keyboard, mouse = mg.random_actions(variant, FRAMES, seed=321)
+    other = mg.run_reference(ck, variant, inputs.with_actions(keyboard=keyboard, mouse=mouse), renoise_seed=7,
+                             shape=shape)
+    assert mg.relative_error(other.latents, first.latents) > 1e-2
+
+
+TYPED = {  # what a person types before each of 8 chunks
+    "universal": [("u", "w"), ("l", "w"), ("l", "q"), ("i", "a"), ("j", "d"), ("k", "s"), ("u", "q"), ("l", "d")],
+    "gta_drive": [("w",), ("w a",), ("d",), ("s d",), ("q",), ("w d",), ("a",), ("s",)],
+    "templerun": [("w",), ("z",), ("q",), ("c",), ("a",), ("d",), ("s",), ("w",)],
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_interactive_loop_is_the_batch_loop_on_streamed_actions(base, variant):
+    """The interactive pipeline writes the action typed before a chunk over that chunk's pixel frames and then
+    runs what the batch pipeline runs: the batch loop on the actions it ended with gives the same bits."""
+    ck, inputs, _ = base(variant)
+    live = mg.run_streaming_reference(ck, variant, inputs, TYPED[variant], renoise_seed=7)
+    n = inputs.keyboard.shape[1]
+    per_chunk = [live.keyboard[0, mg.chunk_pixel_frames(c)[-1]] for c in range(FRAMES // 3)]
+    assert torch.equal(live.keyboard, mg.streamed_actions(per_chunk, n))
+    if live.mouse is not None:
+        per_chunk_mouse = [live.mouse[0, mg.chunk_pixel_frames(c)[-1]] for c in range(FRAMES // 3)]
+        assert torch.equal(live.mouse, mg.streamed_actions(per_chunk_mouse, n))
+    batch = mg.run_reference(ck, variant, inputs.with_actions(keyboard=live.keyboard, mouse=live.mouse),
+                             renoise_seed=7)
+    assert torch.equal(live.latents, batch.latents)
+    # The key tables, as the harness's docstring states them.
+    if variant == "universal":
+        assert per_chunk[0].tolist() == [1, 0, 0, 0] and per_chunk[3].tolist() == [0, 0, 1, 0]  # w, a
+        assert torch.allclose(per_chunk_mouse[1], torch.tensor([0.0, 0.1]))  # l: yaw right
+        assert torch.allclose(per_chunk_mouse[3], torch.tensor([0.1, 0.0]))  # i: pitch up
+    elif variant == "gta_drive":
+        assert per_chunk[1].tolist() == [1, 0] and per_chunk[3].tolist() == [0, 1]  # w, s
+        assert torch.allclose(per_chunk_mouse[1], torch.tensor([0.0, -0.1]))  # a: steer left
+    else:
+        assert [int(v.argmax()) for v in per_chunk] == [1, 3, 0, 4, 5, 6, 2, 1]
+
+
+def test_interactive_script_that_the_reference_refuses_is_an_error(base):
+    ck, inputs, _ = base("templerun")
+    with pytest.raises(ValueError, match="does not answer"):
+        mg.run_streaming_reference(ck, "templerun", inputs, [("x",)] + TYPED["templerun"][1:], renoise_seed=7)

@@ -102,13 +102,14 @@ def keyboard_path(am, a: ActionConfig, x: torch.Tensor, frames: int, keyboard: t
 
 
 def _with_cache(cache, layer, start, frames, k, v, commit):
-    """Keys and values of the cached frames then this pass's; a clean pass also writes this pass's to the cache."""
+    """Keys and values of the cached frames then this pass's; a clean pass then writes this pass's to the cache
+    (after reading: the view is a slice of the buffer the write shifts)."""
     past = cache.view(layer, start, frames) if cache is not None else None
+    keys, values = (k, v) if past is None else (torch.cat([past[0].to(k.dtype), k], dim=1),
+                                                torch.cat([past[1].to(v.dtype), v], dim=1))
     if commit and cache is not None:
         cache.commit(layer, start, k, v)
-    if past is None:
-        return k, v
-    return torch.cat([past[0].to(k.dtype), k], dim=1), torch.cat([past[1].to(v.dtype), v], dim=1)
+    return keys, values
 
 
 def action_module(am, a: ActionConfig, x: torch.Tensor, frames: int, keyboard, mouse, start: int, caches: dict,

@@ -2,18 +2,24 @@
 
 The reference keeps, per layer, a buffer of ``local_attn_size`` frames that it rolls before each new chunk
 (oldest frames out) and reads whole; a chunk of ``T`` frames therefore sees the ``local_attn_size - T`` most recent
-committed frames beside its own. The same holds here with a ring of ``local_attn_size`` slots (frame ``f`` in
-slot ``f mod size``), written by the clean pass only: the reference's denoising passes write the chunk's slots too,
-but every later pass of the chunk overwrites them and the clean pass writes them last, so what a later chunk
-reads is the same.
+committed frames beside its own. The same holds here, the frames kept in order as the reference keeps
+them (the oldest shifted out when a chunk is committed), so a chunk's view is a slice of the buffer, not a copy.
+Only the clean pass writes: the reference's denoising passes write the chunk's slots too, but every later pass
+of the chunk overwrites them and the clean pass writes them last, so what a later chunk reads is the same.
 
-These caches stay dense: per layer they hold ``local_attn_size`` frames of one token per location (mouse) or one
-token per frame (keyboard), a few percent of the self-attention cache's ``local_attn_size x tokens`` per layer,
-and their keys are not spatially redundant the way TempCache's merging needs (a location's own history, or one
-token per frame).
+These caches stay dense, for three reasons. They are bounded already: ``local_attn_size`` frames per layer
+whatever the rollout's length, so they never grow (what TempCache is for). They are not where the bytes are
+that FAST-AR can win: at the released sizes the keyboard cache is 6 tokens of 1024 per action layer (12 K
+values, nothing) and the mouse cache 880 locations x 6 frames x 1024 per action layer, about a third of the
+self-attention cache's bytes (15 action layers of 30), all of it within the window the model was trained to
+read. And merging has nothing to merge into: a mouse key is one location's own history (at most 6 entries, the
+window the model reads in full) and a keyboard key one frame's action window, not the spatially repeated
+content across frames whose duplicates TempCache folds together.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left
 
 import torch
 
@@ -33,29 +39,31 @@ class FrameWindowCache(FamilyCache):
         self._row_bytes = 2 * rows * heads * head_dim * self._element  # k and v of one frame in one layer
 
     def view(self, layer: int, query_start: int, query_frames: int):
-        """(k, v) ``[rows, L, H, D]`` of the ``window - query_frames`` most recent frames before ``query_start``."""
-        budget = self.window - query_frames
-        frames = [f for f in self.held[layer] if f < query_start]
-        frames = frames[max(0, len(frames) - budget):] if budget > 0 else []
-        if not frames:
+        """(k, v) ``[rows, L, H, D]`` of the ``window - query_frames`` most recent frames before ``query_start``
+        (views of the buffer: read them before the next commit, which shifts it)."""
+        held = self.held[layer]
+        end = bisect_left(held, query_start)  # frames are kept in order
+        start = max(0, end - (self.window - query_frames))
+        if end <= start:
             return None
-        slots = torch.tensor([f % self.window for f in frames], device=self.k[layer].device)
-        return self.k[layer].index_select(1, slots), self.v[layer].index_select(1, slots)
+        return self.k[layer][:, start:end], self.v[layer][:, start:end]
 
     def commit(self, layer: int, frame_start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         frames = k.shape[1]
         if frames > self.window:
             raise FastARError(f"a pass of {frames} frames does not fit the {self.name} cache's {self.window} frames")
-        for j in range(frames):
-            slot = (frame_start + j) % self.window
-            self.k[layer][:, slot] = k[:, j]
-            self.v[layer][:, slot] = v[:, j]
-        held = [f for f in self.held[layer] if f < frame_start] + list(range(frame_start, frame_start + frames))
-        self.held[layer] = held[-self.window:]
+        older = bisect_left(self.held[layer], frame_start)  # frames before this pass stay, the newest of them
+        keep = min(older, self.window - frames)
+        if keep and keep < older:  # shift the kept frames to the front, as the reference rolls its buffer
+            for buf in (self.k[layer], self.v[layer]):
+                buf[:, :keep] = buf[:, older - keep:older].clone()
+        self.k[layer][:, keep:keep + frames] = k
+        self.v[layer][:, keep:keep + frames] = v
+        self.held[layer] = self.held[layer][older - keep:older] + list(range(frame_start, frame_start + frames))
 
     def rewind(self, frame: int) -> None:
         for layer in self.held:
-            self.held[layer] = [f for f in self.held[layer] if f < frame]
+            self.held[layer] = self.held[layer][:bisect_left(self.held[layer], frame)]
 
     def live_bytes(self) -> int:
         return sum(len(h) for h in self.held.values()) * self._row_bytes

@@ -18,19 +18,13 @@ from ..checkpoint import checkpoint_errors, dtype_name
 from ..checkpoint_files import read_raw
 from ..errors import CheckpointError
 from ..json_files import read_json
+from ..safetensors_reader import read_header
 from .config import CLIP_DIM, MatrixGameConfig, from_reference_config
+from .keys import PREFIX, is_matrix_game
 from .model import MatrixGameModel
 
-PREFIX = "model."  # the reference's WanDiffusionWrapper holds the model as ``self.model``
 CONFIG_NAME = "config.json"
 _ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-
-
-def is_matrix_game(keys) -> bool:
-    """Whether checkpoint keys (prefixed or not) are Matrix-Game's: CLIP-vision context and action modules."""
-    keys = [k[len(PREFIX):] if k.startswith(PREFIX) else k for k in keys]
-    return any(k.startswith("img_emb.") for k in keys) and not any(k.startswith("text_embedding.") for k in keys) \
-        and any(".action_model." in k for k in keys)
 
 
 @dataclass
@@ -48,6 +42,17 @@ class MatrixGameCheckpoint:
                 "config_file": self.config_path, "config": self.config.to_dict(), "dtype": dtype_name(self.dtype),
                 "prefix_stripped": self.prefix or "(none)", "action_layers": list(self.config.action.blocks),
                 "parameters": sum(t.numel() for t in self.state_dict.values())}
+
+
+def file_is_matrix_game(path) -> bool:
+    """Whether ``path`` is a safetensors file with Matrix-Game's keys (its header alone is read)."""
+    path = Path(path)
+    if path.suffix.lower() != ".safetensors" or not path.is_file():
+        return False
+    try:
+        return is_matrix_game(read_header(path, path.stat().st_size).tensors)
+    except CheckpointError:
+        return False
 
 
 def find_config(path: Path) -> Path:

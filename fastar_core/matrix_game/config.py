@@ -55,8 +55,15 @@ class ActionConfig:
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
-            if not all(_is_int(v) and v >= 0 for v in getattr(self, name)):
+            if not isinstance(value, (list, tuple)) or len(value) > 4096 or not all(_is_int(v) and v >= 0
+                                                                                  for v in value):
                 raise ValueError(f"action_config.{name} must be a list of integers >= 0, got {value!r}")
+        for name in ("enable_keyboard", "enable_mouse", "qk_norm", "qkv_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"action_config.{name} must be true or false, got {getattr(self, name)!r}")
+        theta = self.rope_theta
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < 1e9:
+            raise ValueError(f"action_config.rope_theta must be a number above 1, got {theta!r}")
         for name in ("keyboard_dim_in", "mouse_dim_in", "hidden_size", "img_hidden_size", "keyboard_hidden_dim",
                      "mouse_hidden_dim", "vae_time_compression_ratio", "windows_size", "heads_num"):
             value = getattr(self, name)
@@ -103,6 +110,8 @@ class MatrixGameConfig(WanConfig):
         super().__post_init__()
         if isinstance(self.action, dict):
             object.__setattr__(self, "action", action_config(self.action))
+        if not _is_int(self.clip_dim) or not 1 <= self.clip_dim <= 65536:
+            raise ValueError(f"clip_dim must be an integer in 1..65536, got {self.clip_dim!r}")
         if not _is_int(self.local_attn_size) or not 1 <= self.local_attn_size <= 4096:
             raise ValueError(f"local_attn_size must be an integer in 1..4096 (the reference needs a window), got "
                              f"{self.local_attn_size!r}")

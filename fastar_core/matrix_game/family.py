@@ -121,6 +121,9 @@ class MatrixGameFamily(ModelFamily):
         return self._actions
 
     def extra_caches(self, runner, cfg, total_frames: int, grid_hw) -> dict:
+        if runner.parallel is not None:
+            raise FastARError("sequence parallelism is not supported for Matrix-Game 2.0 (its action module attends "
+                              "over every location of a frame): run it on one device")
         a, layers = self.config.action, self.action_layers
         if not layers:
             return {}
