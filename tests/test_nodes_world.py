@@ -116,3 +116,13 @@ def test_templerun_takes_its_own_four_steps_and_a_note_says_when_another_list_is
     assert latent.shape == (1, 16, 7, 4, 6) and "not Matrix-Game" not in report
     _, report = sample(model, start(), actions("0 W", "templerun"), schedule="Matrix-Game 3-step")
     assert "schedule 'Matrix-Game 3-step' is not Matrix-Game 2.0 templerun's own ('Self-Forcing 4-step')" in report
+
+
+def test_the_custom_sampling_sampler_refuses_a_world_model(world_host):
+    from comfyui_fastar.nodes.node_sampler_ar import sample_ar_video
+
+    model, _ = load()
+    guider = SimpleNamespace(model_patcher=model, cfg=1.0,
+                             conds={"positive": [{"cross_attn": torch.zeros(1, 8, CLIP_DIM), "model_conds": {}}]})
+    with pytest.raises(FastARError, match="the MODEL is Matrix-Game 2.0 universal, which this SAMPLER does not run"):
+        sample_ar_video(SimpleNamespace(inner_model=guider), torch.zeros(1, 16, 7, 4, 6), torch.tensor([1.0, 0.0]))
