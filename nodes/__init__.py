@@ -1,6 +1,7 @@
 """ComfyUI node classes (V1 API). Importing this package never imports ComfyUI: the nodes reach it at run time
 through ``host.py``, which falls back to plain Python when ComfyUI is not loaded."""
 
+from .node_action_script import ActionScriptNode
 from .node_attention import FastARAttentionPatch
 from .node_image_to_video import ARImageToVideo
 from .node_loader import LoadARVideoModel
@@ -8,6 +9,7 @@ from .node_long_sampler import LongVideoSampler
 from .node_prompt_schedule import ARPromptScheduleNode
 from .node_sampler_ar import SamplerARVideoFastAR
 from .node_streaming_save import SaveLongVideoStreaming
+from .node_world_start import WorldModelStart
 
 # Stable ids: saved workflows refer to them. Prefixed so they never collide with core nodes.
 NODE_CLASS_MAPPINGS = {
@@ -18,6 +20,8 @@ NODE_CLASS_MAPPINGS = {
     "FastAR_SamplerARVideo": SamplerARVideoFastAR,
     "FastAR_ImageToVideo": ARImageToVideo,
     "FastAR_SaveLongVideo": SaveLongVideoStreaming,
+    "FastAR_ActionScript": ActionScriptNode,
+    "FastAR_WorldModelStart": WorldModelStart,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -28,6 +32,8 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "FastAR_SamplerARVideo": "AR Video Sampler (FAST-AR)",
     "FastAR_ImageToVideo": "AR Image to Video",
     "FastAR_SaveLongVideo": "Save Long Video (streaming decode)",
+    "FastAR_ActionScript": "Action Script (Matrix-Game)",
+    "FastAR_WorldModelStart": "World Model Start (Matrix-Game)",
 }
 
 __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]

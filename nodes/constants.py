@@ -14,11 +14,19 @@ CATEGORY = "FAST-AR"
 
 # Custom socket type carrying an ``ARPromptSchedule`` between our nodes.
 PROMPT_SCHEDULE = "AR_PROMPT_SCHEDULE"
+# Custom socket type carrying an action script (``fastar_core.action_script.ActionScript``) to the samplers.
+ACTIONS = "FASTAR_ACTIONS"
 # Inputs that take a plain CONDITIONING or a schedule; ComfyUI matches comma-separated types as a union.
 CONDITIONING_OR_SCHEDULE = f"CONDITIONING,{PROMPT_SCHEDULE}"
 
 # Key in a conditioning entry's dict that carries the start image's raw VAE latent (image to video).
 INITIAL_LATENT_KEY = "fastar_initial_latent"
+# Key in a conditioning entry's dict that carries a world model's start: the VAE latent of the start image followed
+# by blank frames, [B, 16, T, h, w], which Matrix-Game 2.0 reads beside every frame it generates.
+WORLD_START_KEY = "fastar_world_start"
+# Matrix-Game 2.0's own size (352x640) and the CLIP vision tokens it attends to (ViT-H penultimate layer).
+WORLD_WIDTH, WORLD_HEIGHT = 640, 352
+CLIP_VISION_TOKENS = 257
 # Where ComfyUI's own AR nodes (0.21+: ARVideoI2V, the ar_video sampler) keep a start image: the raw VAE latent in
 # model_options["transformer_options"]["ar_config"]["initial_latent"].
 CORE_AR_CONFIG_KEY = "ar_config"
@@ -37,6 +45,7 @@ SCHEDULE_PRESETS = {
     "Krea Realtime 5-step": "krea",
     "Causal Forcing++ 1-step": "causal-forcing++-1step",
     "Causal Forcing++ 2-step": "causal-forcing++-2step",
+    "Matrix-Game 3-step": "matrix-game",
 }
 # The engine's own names, so a node can never offer a choice the engine refuses.
 CACHE_POLICIES = CACHE_CHOICES

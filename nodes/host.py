@@ -103,6 +103,21 @@ def detection_metadata(file_metadata: dict, causal_ar: bool) -> dict:
 
 
 WEIGHT_DTYPES = ("default", "bf16", "fp16", "fp32", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2")
+ENGINE_WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class WorldModelContainer(torch.nn.Module):
+    """What a MODEL's ``.model`` offers the pack's samplers (``diffusion_model``, ``latent_format``, the dtype)
+    for a module tree of the engine's own."""
+
+    def __init__(self, diffusion_model, latent_format):
+        super().__init__()
+        self.diffusion_model = diffusion_model
+        self.latent_format = latent_format
+        self.manual_cast_dtype = None
+
+    def get_dtype(self) -> torch.dtype:
+        return next(self.diffusion_model.parameters()).dtype
 
 
 class ComfyHost:
@@ -212,6 +227,26 @@ class ComfyHost:
             raise FastARError(f"{ckpt.path}: ComfyUI did not recognise the converted weights as a Wan2.1 model")
         self._set_shift(patcher, shift)
         return patcher
+
+    def world_model(self, diffusion_model, info: dict):
+        """A MODEL over the engine's own Matrix-Game 2.0 module tree, which ComfyUI's loaders do not build (its
+        action modules and CLIP-only context): ComfyUI's ModelPatcher moves it to the device and back like any
+        model; only the pack's samplers run it."""
+        import comfy.latent_formats
+        import comfy.model_management as mm
+        import comfy.model_patcher
+
+        container = WorldModelContainer(diffusion_model, comfy.latent_formats.Wan21())
+        return comfy.model_patcher.ModelPatcher(container, load_device=mm.get_torch_device(),
+                                                offload_device=mm.unet_offload_device())
+
+    def world_weight_dtype(self, weight_dtype: str, file_dtype: torch.dtype) -> torch.dtype:
+        import comfy.model_management as mm
+
+        if weight_dtype in ENGINE_WEIGHT_DTYPES:
+            return ENGINE_WEIGHT_DTYPES[weight_dtype]
+        device = mm.get_torch_device()
+        return torch.float32 if device.type == "cpu" else file_dtype
 
     @staticmethod
     def _set_shift(patcher, shift: float) -> None:

@@ -15,6 +15,7 @@ import torch
 
 from ..fastar_core.engine import EngineSettings, resolve_settings
 from ..fastar_core.errors import FastARError
+from ..fastar_core.matrix_game.config import MatrixGameConfig
 from ..fastar_core.runner import CausalRunner
 from .constants import FASTAR_OPTIONS_KEY, TORCH_COMPILE_KWARGS_KEY
 
@@ -65,6 +66,10 @@ class ARModel:
     @property
     def num_layers(self) -> int:
         return len(self.diffusion_model.blocks)
+
+    @property
+    def world(self) -> MatrixGameConfig | None:
+        return world_config_of(self.diffusion_model)
 
     def runner(self) -> CausalRunner:
         # With partial loading some weights stay offloaded (ComfyUI casts them per call), so the device of the
@@ -130,12 +135,20 @@ def compile_kwargs_of(patcher) -> dict | None:
     return dict(stored)
 
 
+def world_config_of(dm) -> MatrixGameConfig | None:
+    """A Matrix-Game 2.0 module tree's config (the pack's loader builds it), or None for a Wan2.1 model."""
+    config = getattr(dm, "config", None)
+    return config if isinstance(config, MatrixGameConfig) else None
+
+
 def check_model_input(patcher) -> None:
-    """The MODEL input is a Wan2.1 T2V model: checked before it is loaded to the device, so a wrong model costs
-    no transfer (and no out-of-memory) before its message."""
+    """The MODEL input is a Wan2.1 T2V model or a Matrix-Game 2.0 one: checked before it is loaded to the device,
+    so a wrong model costs no transfer (and no out-of-memory) before its message."""
     if patcher is None or not hasattr(patcher, "model"):
         raise FastARError("the 'model' input is not a MODEL")
-    check_wan_t2v(diffusion_model_of(patcher))
+    dm = diffusion_model_of(patcher)
+    if world_config_of(dm) is None:
+        check_wan_t2v(dm)
 
 
 def resolve_model(patcher, device=None) -> ARModel:

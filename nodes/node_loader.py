@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+from ..fastar_core.action_script import VARIANTS
 from ..fastar_core.checkpoint import WEIGHTS_ENTRY_CHOICES, load_checkpoint
+from ..fastar_core.errors import FastARError
+from ..fastar_core.matrix_game.checkpoint import build_matrix_game, file_is_matrix_game, load_matrix_game_checkpoint
 from .constants import CATEGORY
 from .host import WEIGHT_DTYPES, get_host
 from .inputs import combo, float_input
@@ -29,9 +32,30 @@ def rebuild_model(path, weight_dtype, lora, shift, weights_entry="auto", disable
     return load_native_model(path, weight_dtype, lora, shift, disable_dynamic, weights_entry)[0]
 
 
+def load_world_model(host, path: str, weight_dtype: str, lora_name: str):
+    """A Matrix-Game 2.0 checkpoint (and the config.json beside it, which says its variant) as a MODEL that only
+    the pack's samplers run."""
+    if lora_name and lora_name != NO_LORA:
+        raise FastARError(f"lora_name {lora_name}: LoRAs are for the Wan2.1 text models; a Matrix-Game 2.0 "
+                          "checkpoint takes none (set it to none)")
+    if weight_dtype.startswith("fp8"):
+        raise FastARError(f"weight_dtype {weight_dtype}: a Matrix-Game 2.0 model runs in bf16, fp16 or fp32 "
+                          "(default: the file's on a GPU, fp32 on a CPU)")
+    ckpt = load_matrix_game_checkpoint(path)
+    dtype = host.world_weight_dtype(weight_dtype, ckpt.dtype)
+    model = host.world_model(build_matrix_game(ckpt).to(dtype), {"weight_dtype": weight_dtype})
+    summary = ckpt.summary()
+    summary.update(weight_dtype=weight_dtype, dtype=str(dtype).replace("torch.", ""),
+                   schedule=ckpt.config.schedule_name, keys=VARIANTS[ckpt.config.variant].valid_keys()
+                   if ckpt.config.variant in VARIANTS else None)
+    return (model, json.dumps(summary, indent=1))
+
+
 class LoadARVideoModel:
     DESCRIPTION = ("Loads a Wan2.1 autoregressive checkpoint (Self-Forcing, CausVid, Rolling Forcing, LongLive, Krea, "
-                   "Causal Forcing; .safetensors or .pt) from models/diffusion_models: picks the weights the model's "
+                   "Causal Forcing; .safetensors or .pt) or a Matrix-Game 2.0 world model (its .safetensors with "
+                   "the config.json it ships with in the same folder) from models/diffusion_models: picks the "
+                   "weights the model's "
                    "own inference loads (generator or generator_ema), strips training prefixes, optionally merges "
                    "a LoRA, and builds a native MODEL with ComfyUI's own loader, so LoRA loaders, model-sampling and "
                    "compile nodes keep working on it (the pack's samplers compile their blocks when TorchCompileModel "
@@ -77,6 +101,8 @@ class LoadARVideoModel:
     def load(self, model_name, weight_dtype="default", lora_name=NO_LORA, shift=5.0, weights_entry="auto"):
         host = get_host()
         path = host.full_path("diffusion_models", model_name)
+        if file_is_matrix_game(path):
+            return load_world_model(host, path, weight_dtype, lora_name)
         lora = host.full_path("loras", lora_name) if lora_name and lora_name != NO_LORA else None
         model, ckpt = load_native_model(path, weight_dtype, lora, shift, weights_entry=weights_entry)
         dm = getattr(getattr(model, "model", None), "diffusion_model", None)

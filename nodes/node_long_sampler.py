@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
+from ..fastar_core.action_script import ActionScript
 from ..fastar_core.errors import FastARError
 from ..fastar_core.video_geometry import check_pixel_size, check_video_frames
 from .constants import (
+    ACTIONS,
     CACHE_POLICIES,
     CATEGORY,
     CONDITIONING_OR_SCHEDULE,
@@ -18,19 +21,45 @@ from .constants import (
     SCHEDULE_PRESETS,
     SINK_FRAMES,
     WINDOW_FRAMES,
+    WORLD_START_KEY,
 )
 from .host import get_host
 from .inputs import combo, float_input, int_input, link, seed_input
-from .model_access import check_model_input, resolve_model
+from .model_access import check_model_input, diffusion_model_of, resolve_model, world_config_of
 from .prompting import ARPromptSchedule, as_schedule, conditioning_entry, core_start_latent, with_core_start_image
-from .rollout import RolloutSettings, run_rollout
+from .rollout import RolloutSettings, resolve_settings_for, run_rollout
 from .upstream import ignored_conditioning, ignored_model_patches, ignored_shift
+from .world import world_inputs
 
 log = logging.getLogger("FAST-AR")
 
 LENGTH_TOOLTIP = ("Video length in frames. Wan's VAE turns 4k+1 frames into k+1 latent frames, so the length must be "
                   "1, 5, 9, ..., 81, ... (81 = 21 latent frames = 5 s at 16 fps; 1001 = 62.5 s). Other values are "
                   "refused with the nearest valid ones.")
+
+
+def world_schedule_notes(config, sigmas, schedule: str) -> list[str]:
+    """A note when the step list is not the one the variant's inference config gives."""
+    own = config.schedule_name
+    label = next((k for k, v in SCHEDULE_PRESETS.items() if v == own), own)
+    if sigmas is not None:
+        return [f"custom sigmas replace Matrix-Game 2.0 {config.variant}'s own step list ('{label}')"]
+    if SCHEDULE_PRESETS.get(schedule) != own:
+        return [f"schedule '{schedule}' is not Matrix-Game 2.0 {config.variant}'s own ('{label}')"]
+    return []
+
+
+def check_world_inputs(actions, positive) -> None:
+    """Actions and a world start belong to a Matrix-Game 2.0 model; every model this sampler runs is a Wan2.1
+    text-to-video one."""
+    if actions is not None:
+        if not isinstance(actions, ActionScript):
+            raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script node")
+        raise FastARError(f"'actions' ({actions.variant}) steer a Matrix-Game 2.0 model, but this MODEL is a Wan2.1 "
+                          "text-to-video model, which takes no actions; disconnect 'actions'")
+    if not isinstance(positive, ARPromptSchedule) and WORLD_START_KEY in conditioning_entry(positive, "positive")[1]:
+        raise FastARError("'positive' comes from World Model Start, which starts a Matrix-Game 2.0 model, but this "
+                          "MODEL is a Wan2.1 text-to-video model: give it a text prompt (CLIP Text Encode)")
 
 
 class LongVideoSampler:
@@ -59,6 +88,8 @@ class LongVideoSampler:
                 "schedule": combo(SCHEDULE_PRESETS, "Denoising steps per chunk: Self-Forcing 4-step (also LongLive, "
                                                     "Causal Forcing), Rolling Forcing 5-step, CausVid 3-step, Krea "
                                                     "Realtime 5-step (its server's list, ending at timestep 0), "
+                                                    "Matrix-Game 3-step (universal and gta_drive; templerun takes "
+                                                    "Self-Forcing 4-step), "
                                                     "Causal Forcing++ 1- or 2-step (frame-wise; its first frame "
                                                     "takes the 4-step list). A connected 'sigmas' input replaces "
                                                     "it."),
@@ -91,6 +122,9 @@ class LongVideoSampler:
                                          "A trailing 0 is dropped: every chunk ends clean."),
                 "first_chunk_sigmas": link("SIGMAS", "Optional step list for the first chunk alone (Causal Forcing++ "
                                                      "denoises its first frame with 4 steps); replaces the preset's."),
+                "actions": link(ACTIONS, "Keyboard and mouse actions from an Action Script node, for a "
+                                         "Matrix-Game 2.0 model (they are read at the video's frame rate, for "
+                                         "'length' frames). Other models take no actions and refuse them."),
                 "batch_size": int_input(1, 1, 64, "Videos to make, one after another (the memory of one). Video i is "
                                                   "batch item i of the seed, as in ComfyUI's own batches: video 0 is "
                                                   "the batch_size 1 video. A prompt or start image of batch 1 is "
@@ -107,18 +141,27 @@ class LongVideoSampler:
 
     def sample(self, model, positive, width, height, length, frames_per_block=FRAMES_PER_BLOCK,
                schedule="Self-Forcing 4-step", mode="auto", seed=0, cache_policy="auto", sink_frames=SINK_FRAMES,
-               window_frames=WINDOW_FRAMES, context_noise=0.0,
-               sigmas=None, first_chunk_sigmas=None, batch_size=1):
+               window_frames=WINDOW_FRAMES, context_noise=0.0, sigmas=None, first_chunk_sigmas=None, actions=None,
+               batch_size=1):
         host = get_host()
         total_frames = check_video_frames("length", length)
         latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
         if sigmas is None and schedule not in SCHEDULE_PRESETS:
             raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
         check_model_input(model)
-        prompts = with_core_start_image(as_schedule(positive), core_start_latent(getattr(model, "model_options", None)))
-        notes = ignored_model_patches(model)
-        if not isinstance(positive, ARPromptSchedule):  # a schedule node has read its entries already
-            notes += ignored_conditioning(conditioning_entry(positive, "positive")[1])
+        world_config = world_config_of(diffusion_model_of(model))
+        world = None
+        if world_config is None:
+            check_world_inputs(actions, positive)
+            prompts = with_core_start_image(as_schedule(positive),
+                                            core_start_latent(getattr(model, "model_options", None)))
+            notes = ignored_model_patches(model)
+            if not isinstance(positive, ARPromptSchedule):  # a schedule node has read its entries already
+                notes += ignored_conditioning(conditioning_entry(positive, "positive")[1])
+        else:
+            world = world_inputs(world_config, positive, actions, total_frames, latent_h, latent_w)
+            prompts = ARPromptSchedule([])
+            notes = ignored_model_patches(model) + world_schedule_notes(world_config, sigmas, schedule)
         if sigmas is None:
             notes += ignored_shift(model, SCHEDULE_PRESETS[schedule], schedule)
         for note in notes:
@@ -131,7 +174,14 @@ class LongVideoSampler:
             context_noise=context_noise,
             first_chunk_schedule=None if first_chunk_sigmas is None else first_chunk_sigmas.detach().float().cpu(),
         )
+        if world_config is not None and cache_policy == "auto" \
+                and resolve_settings_for(ar_model, settings).cache.policy == "global":
+            # Left to 'auto' without TempCache, the cache is the variant's own (its reference's local attention).
+            settings = replace(settings, cache_policy="window", window_frames=world_config.local_attn_size,
+                               sink_frames=0)
+            notes.append(f"cache 'auto' is Matrix-Game 2.0 {world_config.variant}'s own: a window of "
+                         f"{world_config.local_attn_size} latent frames, no sink")
         outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host, notes=notes,
-                              batch=batch_size)
+                              batch=batch_size, world=world)
         latent = ar_model.latent_format.process_out(outcome.latent).to(host.intermediate_device())
         return ({"samples": latent}, outcome.report)

@@ -84,6 +84,10 @@ def sample_ar_video(model, noise, sigmas, extra_args=None, callback=None, disabl
     schedule = with_core_start_image(schedule, core_start_latent(extra_args.get("model_options"),
                                                                  getattr(patcher, "model_options", None)))
     ar_model = resolve_model(patcher, device=noise.device)
+    if ar_model.world is not None:
+        raise FastARError(f"the MODEL is Matrix-Game 2.0 {ar_model.world.variant}, which this SAMPLER does not run "
+                          "(it takes a text guider): use the Long Video Sampler with World Model Start and an Action "
+                          "Script")
     settings = RolloutSettings(schedule=sigmas.detach().float().cpu(), seed=int(extra_args.get("seed") or 0),
                                **{k: options[k] for k in SETTING_KEYS if k in options})
     # One video per batch row, as core's sampler returns; row r re-noises as batch item r of the seed.

@@ -21,6 +21,7 @@ from ..fastar_core.video_geometry import pixel_size
 from .model_access import ARModel
 from .prompting import ARPromptSchedule, ScheduledPrompt
 from .report import build_report
+from .world import WorldInputs
 
 log = logging.getLogger("FAST-AR")
 
@@ -94,7 +95,7 @@ def item_schedule(schedule: ARPromptSchedule, r: int) -> ARPromptSchedule:
 
 def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, latent_h: int, latent_w: int,
                 settings: RolloutSettings, host, start_noise: torch.Tensor | None = None,
-                notes=(), batch: int = 1, batch_index=None) -> RolloutOutcome:
+                notes=(), batch: int = 1, batch_index=None, world: WorldInputs | None = None) -> RolloutOutcome:
     """``batch`` videos, one after another (a video's memory, not a batch's); video r takes row r of the prompt,
     start image and start noise (or their only row) and is batch item ``batch_index[r]`` (default r) of every
     noise stream, so it equals that item made alone bit for bit."""
@@ -107,6 +108,9 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
         batch_rows(f"the conditioning of {p.label}" if p.label else "the conditioning", p.context, batch)
     if schedule.initial_latent is not None:
         batch_rows("the start image latent", schedule.initial_latent, batch)
+    if world is not None:
+        batch_rows("World Model Start's latent", world.start, batch)
+        batch_rows("World Model Start's CLIP tokens", world.clip, batch)
     if start_noise is not None:
         batch_rows("the initial noise", start_noise, batch)
         if start_noise.shape[0] != batch:
@@ -160,7 +164,8 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
             item = item_schedule(schedule, r)
             item_cfg = replace(cfg, batch_index=(items[r],))
             init = initial_latents(model, item, latent_h, latent_w)
-            results.append(sampler.generate(item.to_engine(), item_cfg, initial_latents=init, callback=on_chunk,
+            cond = item.to_engine() if world is None else world.conditioning(model, r, total_frames)
+            results.append(sampler.generate(cond, item_cfg, initial_latents=init, callback=on_chunk,
                                             cancel=host.interrupted, step_callback=on_step,
                                             output_device=host.intermediate_device(),
                                             initial_noise=item_of(start_noise, r)))
@@ -183,6 +188,7 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
     report = build_report(model=model, result=result, settings=settings, engine=engine, mode=mode,
                           n_init=n_init, width=pixel_size(latent_w), height=pixel_size(latent_h),
                           schedule_text=f"{sched.name} ({sched.num_steps} steps: {sigmas})",
-                          prompts=schedule.describe(), notes=notes)
+                          prompts=schedule.describe() if world is None else world.describe(total_frames),
+                          notes=notes)
     latent = torch.cat([r.latent for r in results]) if batch > 1 else result.latent
     return RolloutOutcome(latent, result, report)

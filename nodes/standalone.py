@@ -166,6 +166,13 @@ class StandaloneHost:
         info = {"shift": shift, "weight_dtype": weight_dtype}
         return StandaloneModel(build_model(ckpt, device=self.torch_device()), info=info)
 
+    def world_model(self, diffusion_model, info: dict):
+        return StandaloneModel(diffusion_model.to(self.torch_device()), info=info)
+
+    def world_weight_dtype(self, weight_dtype: str, file_dtype: torch.dtype) -> torch.dtype:
+        dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+        return dtypes.get(weight_dtype, torch.float32 if self.torch_device().type == "cpu" else file_dtype)
+
     def ksampler(self, sampler_function, extra_options: dict):
         raise NeedsComfyUI("The AR Video Sampler (FAST-AR) SAMPLER (used with SamplerCustomAdvanced)")
 

@@ -119,3 +119,30 @@ def test_half_precision_checkpoint_generates_on_cpu(tmp_path, dtype, one_thread)
     assert torch.isfinite(outs["half"]).all()
     err = (outs["half"] - outs["fp32"]).pow(2).mean() / outs["fp32"].pow(2).mean()
     assert err < 1e-2, err
+
+
+def test_generate_checks_the_action_script_before_reading_the_checkpoint(tmp_path, capsys):
+    script = tmp_path / "walk.txt"
+    script.write_text("variant universal\n0 W\n1 W X\n")
+    out = tmp_path / "run"
+    args = ["generate", "--checkpoint", str(tmp_path / "absent.safetensors"), "--frames", "3", "--height", "32",
+            "--width", "32", "--out", str(out), "--device", "cpu", "--actions", str(script)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"fastar: error: --actions {script}: line 3 (at 1 s): unknown key 'X' for universal; valid: "
+                   "W (forward), S (back), A (left), D (right), I (camera_up), K (camera_down), J (camera_l), "
+                   "L (camera_r)")
+    assert not out.exists()
+    assert main(args[:-1] + [str(tmp_path / "none.json")]) == 2
+    assert f"--actions {tmp_path / 'none.json'}: no such file" in capsys.readouterr().err
+
+
+def test_generate_refuses_actions_for_a_checkpoint_that_takes_none(ckpt, tmp_path, capsys):
+    script = tmp_path / "walk.json"
+    script.write_text(json.dumps({"variant": "universal", "timeline": [{"at": 0, "keys": ["W"]}]}))
+    out = tmp_path / "run"
+    assert main(["generate", "--checkpoint", str(ckpt), "--frames", "3", "--height", "32", "--width", "32",
+                 "--out", str(out), "--device", "cpu", "--actions", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "--actions" in err and "this checkpoint (custom) takes no actions; only Matrix-Game 2.0" in err
+    assert not out.exists()

@@ -139,11 +139,20 @@ def server(host, tmp_path_factory):
     log_path = base / "server.log"
     log = open(log_path, "w")
     port = free_port(host.port or 0)
+    # Models only some tests write (ComfyUI re-lists a folder whose files change), beside the host's own.
+    extra = base / "extra_models"
+    for folder in ("diffusion_models", "clip_vision"):
+        (extra / folder).mkdir(parents=True)
+    extra_config = base / "extra_model_paths.yaml"
+    extra_config.write_text(f"fastar_tests:\n  base_path: {extra}\n  diffusion_models: diffusion_models\n"
+                            "  clip_vision: clip_vision\n")
     proc = subprocess.Popen([host.python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
+                             "--extra-model-paths-config", str(extra_config),
                              "--base-directory", str(base), "--output-directory", str(out),
                              "--database-url", f"sqlite:///{base / 'comfyui.db'}"],  # default: in the host's folder
                             cwd=host.dir, stdout=log, stderr=subprocess.STDOUT)
     srv = Server(host, port, log_path, out, pack_folder)
+    srv.extra_models = extra
     try:
         for _ in range(300):
             if proc.poll() is not None:
@@ -470,17 +479,17 @@ def in_process(host):
     return run_in_host(host, "comfyui_in_process.py", timeout=900)
 
 
-def run_in_host(host, script: str, timeout: int) -> dict:
-    """A script of tests/ run with the host's python in its ComfyUI folder (the pack passed as this checkout);
-    its last ``RESULT {json}`` line."""
+def run_in_host(host, script: str, timeout: int, args=None) -> dict:
+    """A script of tests/ run with the host's python in its ComfyUI folder (given ``args``, or the pack as this
+    checkout); its last ``RESULT {json}`` line."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([host.python, str(ROOT / "tests" / script), str(ROOT)], cwd=host.dir,
+    done = subprocess.run([host.python, str(ROOT / "tests" / script), *(args or [str(ROOT)])], cwd=host.dir,
                           capture_output=True, text=True, timeout=timeout, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, done.stdout[-2000:] + done.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT "):])
     print(json.dumps(result), file=sys.stderr)
-    assert result["host"] == "comfyui"
+    assert args is not None or result["host"] == "comfyui"  # the pack's scripts ran on ComfyUI's host
     return result
 
 
@@ -566,3 +575,103 @@ def test_pack_dense_sampler_agrees_with_core_sampler_where_both_see_the_same_noi
     # More steps: core re-noises from torch's global RNG reseeded seed + 1000 * block + step, the pack from its own
     # per-(seed, chunk, step) generator, so the videos differ though both are draws of the same process.
     assert r["four_step_max_abs_diff"] > 0.1
+
+
+def test_action_scripts_are_checked_when_queued_and_refused_by_a_text_model(server):
+    need_harness(server)
+    script = {"class_type": "FastAR_ActionScript",
+              "inputs": {"variant": "universal", "fps": 12.0, "script": "0 W\n1.5 W L\n3 - mouse 0 0.05\n"}}
+    entry = run_prompt(server, {"1": script, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 1]}}})
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    assert entry["outputs"]["2"]["text"][0].startswith("universal at 12 fps: 0 s (frame 0): W(forward); 1.5 s "
+                                                       "(frame 18): W(forward) L(camera_r)")
+    bad = {**script, "inputs": {**script["inputs"], "script": "0 W\n2 W Z\n"}}
+    status, answer = server.http("POST", "/prompt", {"prompt": {
+        "1": bad, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 1]}}}, "client_id": "actions"})
+    assert status == 400 and answer["error"]["type"] == "prompt_outputs_failed_validation", answer
+    errors = answer["node_errors"]["1"]["errors"]
+    assert any("line 2 (at 2 s): unknown key 'Z' for universal" in json.dumps(e) for e in errors), errors
+    prompt = long_video_prompt(vae=server.vae())
+    prompt["11"] = script
+    prompt["4"]["inputs"]["actions"] = ["11", 0]
+    entry = run_prompt(server, prompt)
+    assert entry["status"]["status_str"] == "error"
+    (error,) = messages(entry, "execution_error")
+    assert error["node_type"] == "FastAR_LongVideoSampler"
+    assert "'actions' (universal) steer a Matrix-Game 2.0 model" in error["exception_message"]
+
+
+WORLD_MODEL = "matrix_game_tiny/model.safetensors"
+RANDOM_CLIP_VISION = "random_clip_vit_l.safetensors"
+
+
+@pytest.fixture(scope="module")
+def world_models(server, tmp_path_factory):
+    """A tiny Matrix-Game 2.0 universal model (release layout: safetensors and config.json; its CLIP context 1024
+    wide, ViT-L's) and a random full-size ViT-L CLIP vision model (ComfyUI has no smaller), written once per run."""
+    import dataclasses
+
+    from matrix_game_models import tiny_config
+
+    from comfyui_fastar.fastar_core.matrix_game.checkpoint import save_matrix_game
+    from comfyui_fastar.fastar_core.matrix_game.model import random_matrix_game
+
+    folder = server.extra_models / "diffusion_models" / "matrix_game_tiny"
+    folder.mkdir()
+    config = dataclasses.replace(tiny_config("universal"), clip_dim=1024, text_dim=1024)
+    save_matrix_game(random_matrix_game(config, seed=3), folder / "model.safetensors")
+    cached = tmp_path_factory.getbasetemp() / RANDOM_CLIP_VISION
+    if not cached.exists():
+        run_in_host(server.host, "comfyui_tiny_clip_vision.py", timeout=600, args=[str(cached)])
+    (server.extra_models / "clip_vision" / RANDOM_CLIP_VISION).symlink_to(cached)
+    return server
+
+
+def world_prompt(vae, length=25, script="0 W\n0.5 W L\n1 - mouse 0.05 0\n"):
+    size = {"width": 48, "height": 32}
+    return {
+        "m": {"class_type": "FastAR_LoadARVideoModel",
+              "inputs": {"model_name": WORLD_MODEL, "weight_dtype": "default", "lora_name": "none", "shift": 5.0}},
+        "img": {"class_type": "EmptyImage", "inputs": {**size, "batch_size": 1, "color": 6324384}},
+        "cv": {"class_type": "CLIPVisionLoader", "inputs": {"clip_name": RANDOM_CLIP_VISION}},
+        "cve": {"class_type": "CLIPVisionEncode", "inputs": {"clip_vision": ["cv", 0], "image": ["img", 0],
+                                                             "crop": "none"}},
+        "vae": {"class_type": "VAELoader", "inputs": {"vae_name": vae}},
+        "start": {"class_type": "FastAR_WorldModelStart",
+                  "inputs": {"clip_vision_output": ["cve", 0], "vae": ["vae", 0], "start_image": ["img", 0], **size,
+                             "length": length}},
+        "act": {"class_type": "FastAR_ActionScript", "inputs": {"variant": "universal", "fps": 12.0,
+                                                                "script": script}},
+        "s": {"class_type": "FastAR_LongVideoSampler",
+              "inputs": {"model": ["m", 0], "positive": ["start", 0], "actions": ["act", 0], **size, "length": length,
+                         "frames_per_block": 3, "schedule": "Matrix-Game 3-step", "mode": "auto", "seed": 0,
+                         "cache_policy": "auto", "sink_frames": 3, "window_frames": 12, "context_noise": 0.0}},
+        "dec": {"class_type": "VAEDecode", "inputs": {"samples": ["s", 0], "vae": ["vae", 0]}},
+        "vid": {"class_type": "CreateVideo", "inputs": {"images": ["dec", 0], "fps": 12.0}},
+        "save": {"class_type": "SaveVideo",
+                 "inputs": {"video": ["vid", 0], "filename_prefix": "fastar/world", "format": "auto", "codec": "auto"}},
+        "rep": {"class_type": "PreviewAny", "inputs": {"source": ["s", 1]}},
+    }
+
+
+def test_matrix_game_from_a_start_image_and_an_action_script_then_interrupted(world_models):
+    server = world_models
+    entry = run_prompt(server, world_prompt(server.vae()))
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    report = entry["outputs"]["rep"]["text"][0]
+    assert "actions universal at 12 fps: 0 s (frame 0): W(forward); 0.5 s (frame 6)" in report, report
+    assert "a window of 6 latent frames, no sink" in report and "matrix-game (3 steps" in report, report
+    video = entry["outputs"]["save"]["images"][0]
+    assert (server.out / video["subfolder"] / video["filename"]).stat().st_size > 0
+
+    long_run = world_prompt(server.vae(), length=401)
+    for node in ("dec", "vid", "save"):
+        del long_run[node]
+
+    def sampler_is_running():
+        return "FAST-AR: sampling 1 video(s) of 101 latent frames" in server.log.read_text()
+
+    entry = run_prompt(server, long_run, interrupt_when=sampler_is_running)
+    interrupted = messages(entry, "execution_interrupted")
+    assert interrupted and interrupted[0]["node_type"] == "FastAR_LongVideoSampler", entry["status"]
+    assert not messages(entry, "execution_error")

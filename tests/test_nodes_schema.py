@@ -6,14 +6,16 @@ import pytest
 
 import comfyui_fastar
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
-from comfyui_fastar.nodes.constants import CATEGORY, PROMPT_SCHEDULE
+from comfyui_fastar.nodes.constants import ACTIONS, CATEGORY, PROMPT_SCHEDULE
 
-SOCKET_TYPES = {"MODEL", "CONDITIONING", "LATENT", "VAE", "IMAGE", "SIGMAS", "SAMPLER", PROMPT_SCHEDULE}
+SOCKET_TYPES = {"MODEL", "CONDITIONING", "LATENT", "VAE", "IMAGE", "SIGMAS", "SAMPLER", "CLIP_VISION_OUTPUT",
+                PROMPT_SCHEDULE, ACTIONS}
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN"}
 HIDDEN_TYPES = {"PROMPT", "EXTRA_PNGINFO", "UNIQUE_ID"}
 EXPECTED_IDS = {
     "FastAR_LoadARVideoModel", "FastAR_Attention", "FastAR_PromptSchedule", "FastAR_LongVideoSampler",
-    "FastAR_SamplerARVideo", "FastAR_ImageToVideo", "FastAR_SaveLongVideo",
+    "FastAR_SamplerARVideo", "FastAR_ImageToVideo", "FastAR_SaveLongVideo", "FastAR_ActionScript",
+    "FastAR_WorldModelStart",
 }
 
 

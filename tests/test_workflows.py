@@ -17,6 +17,8 @@ TEMPLATE_FOLDERS = ("example_workflows", "example", "examples", "workflow", "wor
 FRONTEND_ONLY = {"MarkdownNote": ["text"], "Note": ["text"]}
 FILE_WIDGETS = {"model_name": "diffusion_models", "lora_name": "loras", "clip_name": "text_encoders",
                 "vae_name": "vae", "unet_name": "diffusion_models"}
+# Nodes whose file widget names another folder than FILE_WIDGETS says.
+NODE_FILE_WIDGETS = {"CLIPVisionLoader": {"clip_name": "clip_vision"}}
 
 
 def w(name, kind, **opts):
@@ -41,6 +43,9 @@ CORE_NODES = {
                    w("codec", "COMBO", options=["auto", "h264"])], []),
     "PreviewAny": ([s("source", "*")], []),
     "LoadImage": ([w("image", "COMBO", upload=True)], ["IMAGE", "MASK"]),
+    "CLIPVisionLoader": ([w("clip_name", "COMBO")], ["CLIP_VISION"]),
+    "CLIPVisionEncode": ([s("clip_vision", "CLIP_VISION"), s("image", "IMAGE"),
+                          w("crop", "COMBO", options=["center", "none"])], ["CLIP_VISION_OUTPUT"]),
     "EmptyHunyuanLatentVideo": ([w("width", "INT", min=16, max=16384), w("height", "INT", min=16, max=16384),
                                  w("length", "INT", min=1, max=16384), w("batch_size", "INT", min=1, max=4096)],
                                 ["LATENT"]),
@@ -162,7 +167,7 @@ def check_models(node, inputs):
     listed = {m["name"]: m for m in node.get("properties", {}).get("models", [])}
     for model in listed.values():
         check_model_entry(node, model)
-    for name, folder in FILE_WIDGETS.items():
+    for name, folder in {**FILE_WIDGETS, **NODE_FILE_WIDGETS.get(node["type"], {})}.items():
         value = widget_value(node, inputs, name)
         if value is None or value == "none":
             continue
@@ -173,7 +178,8 @@ def check_models(node, inputs):
 
 
 def check_wan_sizes(node, inputs):
-    if node["type"] not in ("FastAR_LongVideoSampler", "FastAR_ImageToVideo", "EmptyHunyuanLatentVideo", "ARVideoI2V"):
+    if node["type"] not in ("FastAR_LongVideoSampler", "FastAR_ImageToVideo", "EmptyHunyuanLatentVideo", "ARVideoI2V",
+                            "FastAR_WorldModelStart"):
         return
     length = widget_value(node, inputs, "length")
     assert (length - 1) % 4 == 0, f"node {node['id']}: length {length} is not 4k+1"
@@ -248,3 +254,36 @@ def test_the_first_workflows_need_only_files_the_editor_downloads():
                   if n["type"] in ("FastAR_LongVideoSampler", "FastAR_SamplerARVideo")]
         assert all(b == 1 for b in blocks), f"{name}: the frame-wise checkpoint takes frames_per_block 1"
 
+
+
+@pytest.mark.parametrize("variant, steps", [("templerun", [1000, 750, 500, 250]), ("universal", [1000, 666, 333])])
+def test_the_world_model_workflows_agree_with_themselves_and_their_variant(variant, steps):
+    """World Model Start and the sampler make the same video, the script's times are Create Video's frames, and
+    the sampler runs the variant's own settings (its inference config: 3 frames per block, a window of 6 frames
+    and no sink, the steps warped at shift 5; TempleRun's four are the Self-Forcing list)."""
+    from comfyui_fastar.fastar_core.matrix_game.config import MatrixGameConfig
+    from comfyui_fastar.fastar_core.schedule import get_schedule, warp_steps
+    from comfyui_fastar.nodes.constants import SCHEDULE_PRESETS
+    from comfyui_fastar.nodes.node_action_script import script_from_widgets
+
+    wf = json.loads((ROOT / "example_workflows" / f"fastar_world_model_{variant}.json").read_text())
+    by_type = {n["type"]: n for n in wf["nodes"]}
+
+    def value(node_type, name):
+        return widget_value(by_type[node_type], node_spec(node_type)[0], name)
+
+    for name in ("width", "height", "length"):
+        assert value("FastAR_WorldModelStart", name) == value("FastAR_LongVideoSampler", name), name
+    assert value("FastAR_ActionScript", "fps") == by_type["CreateVideo"]["widgets_values"][0]
+    actions = script_from_widgets(value("FastAR_ActionScript", "variant"), value("FastAR_ActionScript", "fps"),
+                                  value("FastAR_ActionScript", "script"))
+    assert actions.variant == variant and not actions.unused(value("FastAR_LongVideoSampler", "length"))
+    assert (value("FastAR_LongVideoSampler", "frames_per_block"), value("FastAR_LongVideoSampler", "cache_policy"),
+            value("FastAR_LongVideoSampler", "sink_frames"), value("FastAR_LongVideoSampler", "window_frames")) == \
+        (3, "window", 0, 6)
+    schedule = get_schedule(SCHEDULE_PRESETS[value("FastAR_LongVideoSampler", "schedule")])
+    assert list(schedule.sigmas) == warp_steps(steps, 5.0)
+    assert schedule.name == get_schedule(MatrixGameConfig(action={"keyboard_dim_in": 4 if variant == "universal"
+                                                                  else 7, "enable_mouse": variant == "universal"})
+                                         .schedule_name).name
+    assert value("CLIPVisionEncode", "crop") == "none"

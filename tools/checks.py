@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..fastar_core.action_script import ActionScript, read_script_file
 from ..fastar_core.errors import FastARError
 from ..fastar_core.memory import check_fits, format_bytes
 from ..fastar_core.video_geometry import PIXEL_STEP, check_pixel_size
@@ -216,6 +217,7 @@ class Inputs:
     device: torch.device
     context: torch.Tensor | None
     calibration_layers: list | None
+    actions: ActionScript | None = None
 
 
 def check_generate(args) -> Inputs:
@@ -225,6 +227,10 @@ def check_generate(args) -> Inputs:
     check_contradictions(args)
     from ..fastar_core.schedule import get_schedule
 
+    # Left out, the schedule is Self-Forcing's for the Wan2.1 families and a world model's own for Matrix-Game.
+    args.schedule_given = args.schedule is not None
+    if args.schedule is None:
+        args.schedule = "self-forcing"
     try:
         get_schedule(args.schedule)
     except FastARError as e:
@@ -237,7 +243,14 @@ def check_generate(args) -> Inputs:
     check_out(Path(args.out))
     context = read_conditioning(args.cond) if args.cond else None
     layers = read_calibration(args.calibration) if args.calibration else None
-    return Inputs(device, context, layers)
+    actions = read_actions(args.actions) if getattr(args, "actions", None) else None
+    return Inputs(device, context, layers, actions)
+
+
+def read_actions(path: str) -> ActionScript:
+    """--actions' script, checked whole (keys of its variant, times, mouse) before anything is loaded."""
+    _regular_file("--actions", path)
+    return read_script_file(path, f"--actions {path}")
 
 
 # The pixel size each family generates at when --height/--width are left out (a demo "latent" is 24x24 RGB,
@@ -262,6 +275,9 @@ def fill_model_size(args, cfg) -> None:
 
 
 def check_against_model(args, inputs: Inputs, cfg) -> None:
+    if inputs.actions is not None:
+        raise FastARError(f"--actions {args.actions}: this checkpoint ({cfg.family}) takes no actions; only "
+                          "Matrix-Game 2.0 checkpoints are steered by keys and mouse; drop --actions")
     if inputs.context is not None and inputs.context.shape[-1] != cfg.text_dim:
         raise FastARError(f"--cond {args.cond}: conditioning has width {inputs.context.shape[-1]}; this model "
                           f"takes {cfg.text_dim} (shape [1, tokens, {cfg.text_dim}])")

@@ -25,11 +25,14 @@ def _add_generate(sub):
     p.add_argument("--width", type=int, default=None,
                    help="video width in pixels (multiple of 16; default: the model's own, 832 for Wan2.1)")
     p.add_argument("--cond", help="safetensors file holding the text conditioning [1, L, text_dim]")
+    p.add_argument("--actions", help="action script (JSON or lines: a timeline of keys and mouse moves in seconds) "
+                                     "steering a Matrix-Game 2.0 checkpoint; see fastar_core/action_script.py")
     p.add_argument("--out", required=True, help="output folder (latent.safetensors, stats.json)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1 (the same seed gives the same video)")
-    p.add_argument("--schedule", default="self-forcing",
-                   help="self-forcing, rolling-forcing, causvid, krea, causal-forcing++-1step, "
-                        "causal-forcing++-2step, or comma-separated sigmas")
+    p.add_argument("--schedule", default=None,
+                   help="self-forcing (the default for Wan2.1), rolling-forcing, causvid, krea, "
+                        "causal-forcing++-1step, causal-forcing++-2step, matrix-game (Matrix-Game 2.0's own is its "
+                        "default), or comma-separated sigmas")
     p.add_argument("--first-schedule", default=None,
                    help="the first chunk's own step list (a preset or sigmas; Causal Forcing++'s first frame takes "
                         "self-forcing, which its presets already choose)")
@@ -62,7 +65,7 @@ def _add_weights_entry(p) -> None:
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="fastar", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("info", help="describe a Wan2.1 checkpoint")
+    p = sub.add_parser("info", help="describe a checkpoint (Wan2.1 family, or Matrix-Game 2.0 and its variant)")
     p.add_argument("checkpoint", help=".safetensors or .pt checkpoint to describe")
     p.add_argument("--json", action="store_true", help="print JSON")
     _add_weights_entry(p)
@@ -109,7 +112,10 @@ def build_parser() -> OneLineParser:
 
 def cmd_info(args) -> int:
     from ..fastar_core.checkpoint import load_checkpoint
+    from ..fastar_core.matrix_game.checkpoint import file_is_matrix_game
 
+    if file_is_matrix_game(args.checkpoint):
+        return _info_matrix_game(args)
     ckpt = load_checkpoint(args.checkpoint, check_finite=True, weights_entry=args.weights_entry)
     summary = ckpt.summary()
     if args.json:
@@ -130,6 +136,51 @@ def cmd_info(args) -> int:
     if summary["causal_ar_marker"] is not None:
         print(f"metadata    causal_ar = {summary['causal_ar_marker']}")
     return 0
+
+
+def _info_matrix_game(args) -> int:
+    """A Matrix-Game 2.0 checkpoint: its variant (from the config.json beside it) and the keys it is steered by."""
+    from ..fastar_core.action_script import VARIANTS
+    from ..fastar_core.matrix_game.checkpoint import load_matrix_game_checkpoint
+
+    if args.weights_entry != "auto":
+        from ..fastar_core.errors import FastARError
+
+        raise FastARError(f"--weights-entry {args.weights_entry}: a Matrix-Game 2.0 checkpoint holds one set of "
+                          "weights; drop --weights-entry")
+    ckpt = load_matrix_game_checkpoint(args.checkpoint)
+    summary = ckpt.summary()
+    cfg = ckpt.config
+    summary["schedule"] = cfg.schedule_name
+    spec = VARIANTS.get(cfg.variant)
+    if spec is not None:
+        summary["keys"] = {k.letter: k.name for k in spec.keys}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    a = cfg.action
+    print(f"file        {summary['path']}")
+    print(f"family      Matrix-Game 2.0, variant {cfg.variant} (sizes from {summary['config_file']})")
+    print(f"config      dim {cfg.dim}, {cfg.num_heads} heads x {cfg.head_dim}, {cfg.num_layers} layers, ffn "
+          f"{cfg.ffn_dim}, in/out {cfg.in_dim}/{cfg.out_dim} ch, CLIP context {cfg.clip_dim}, patch "
+          f"{tuple(cfg.patch_size)}")
+    print(f"actions     {a.keyboard_dim_in} keys{', mouse [pitch, yaw]' if a.enable_mouse else ', no mouse'}, "
+          f"in layers {_ranges(summary['action_layers'])}")
+    if spec is not None:
+        print(f"keys        {spec.valid_keys()} (action scripts: --actions)")
+    print(f"rollout     window of {cfg.local_attn_size} latent frames, no sink; schedule {cfg.schedule_name}")
+    print(f"dtype       {summary['dtype']}")
+    print(f"parameters  {summary['parameters']:,}")
+    print(f"prefix      stripped: {summary['prefix_stripped']}")
+    return 0
+
+
+def _ranges(layers) -> str:
+    if not layers:
+        return "none"
+    layers = sorted(layers)
+    return f"{layers[0]}..{layers[-1]}" if layers == list(range(layers[0], layers[-1] + 1)) else \
+        ", ".join(map(str, layers))
 
 
 def _dtype_counts(counts: dict) -> str:

@@ -67,8 +67,13 @@ def run_generate(args) -> int:
 
 def _run(args, inputs, device, parallel) -> int:
     from ..fastar_core.engine import build_sampler
+    from ..fastar_core.matrix_game.checkpoint import file_is_matrix_game
     from .args import settings_from_arguments
 
+    if file_is_matrix_game(args.checkpoint):
+        from .generate_world import run_world
+
+        return run_world(args, inputs, device, parallel)
     is_main = parallel is None or parallel.rank == 0
     ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora, weights_entry=args.weights_entry)
     cfg = ckpt.config
