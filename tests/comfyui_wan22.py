@@ -1,6 +1,8 @@
 """Wan2.2 TI2V-5B inside a real ComfyUI: run by tests/test_comfyui_user_features.py with a host's python, in its
 ComfyUI folder, as ``python comfyui_wan22.py PACK_DIR``. Prints one line ``RESULT {json}`` with each check's
-figures (or {"skipped": why} / {"error": traceback}); the test file asserts, the same on every host.
+figures (or {"skipped": why} / {"error": traceback}); the test file asserts, the same on every host. With
+``--write-models DIR`` it only writes the tiny model and the random VAE as files there (``NAME``, ``VAE_NAME``),
+for a workflow run through the server.
 
 The model is a tiny random 5B-shaped one ComfyUI's detection accepts (48 latent channels in and out, patch
 1 x 2 x 2, two heads of 128, text width 4096), written to a temporary models folder; the VAE is a random Wan2.2 VAE
@@ -15,6 +17,7 @@ import tempfile
 import traceback
 
 PACK = sys.argv[1]
+WRITE_MODELS = sys.argv[3] if sys.argv[2:3] == ["--write-models"] else None
 sys.path.insert(0, os.getcwd())
 sys.argv = [sys.argv[0], "--cpu"]
 from comfy.cli_args import args  # noqa: E402
@@ -49,6 +52,7 @@ from comfyui_fastar.nodes.streaming_decode import WanCausalStream, stream_pixels
 TINY_5B = WanConfig(dim=256, num_heads=2, num_layers=2, ffn_dim=256, in_dim=48, out_dim=48, text_dim=4096,
                     freq_dim=256)
 NAME = "tiny_wan22_ti2v_5b.safetensors"
+VAE_NAME = "random_wan22_vae.safetensors"
 LONGLIVE2 = "LongLive 2.0 4-step (UniPC)"
 SIZE = 64  # pixels: a 4x4 latent at the Wan2.2 VAE's 16 pixels per latent, 2x2 tokens per frame
 LENGTH = 93  # video frames: 24 latent frames, three chunks of 8; a 16-frame window with a 4-frame sink rolls
@@ -69,16 +73,47 @@ def check(fn):
     return fn
 
 
-def write_model() -> str:
-    """The tiny 5B as ComfyUI saves Wan models (flat keys), in a folder registered for diffusion models."""
-    folder = tempfile.mkdtemp(prefix="fastar_wan22_")
+def write_model(folder: str) -> str:
+    """The tiny 5B as ComfyUI saves Wan models (flat keys)."""
     path = os.path.join(folder, NAME)
     save_file({k: v.contiguous() for k, v in random_wan(TINY_5B, seed=0).state_dict().items()}, path)
-    folder_paths.add_model_folder_path("diffusion_models", folder)
     return path
 
 
-PATH = write_model()
+def random_wan22_vae_state_dict() -> dict:
+    """A random Wan2.2 VAE's weights, keyed as ComfyUI's own class (which VAELoader detects and builds at its
+    fixed size). ComfyUI's layers leave their weights uninitialised, so they are drawn here: unit norms, zero
+    biases, weights of variance 1 / fan-in (activations of order one through the stack)."""
+    import comfy.ldm.wan.vae2_2 as vae2_2
+
+    g = torch.Generator().manual_seed(0)
+    fsm = vae2_2.WanVAE(dim=160, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+                        temperal_downsample=[False, True, True], dropout=0.0)
+    sd = fsm.state_dict()
+    del fsm
+    with torch.no_grad():
+        for key, value in sd.items():
+            if key.endswith("gamma") or key.endswith("norm.weight"):
+                value.fill_(1.0)
+            elif key.endswith("bias"):
+                value.zero_()
+            else:
+                value.copy_(torch.randn(value.shape, generator=g) / max(1, value[0].numel()) ** 0.5)
+    return sd
+
+
+if WRITE_MODELS is not None:
+    os.makedirs(os.path.join(WRITE_MODELS, "diffusion_models"), exist_ok=True)
+    os.makedirs(os.path.join(WRITE_MODELS, "vae"), exist_ok=True)
+    write_model(os.path.join(WRITE_MODELS, "diffusion_models"))
+    save_file({k: v.half().contiguous() for k, v in random_wan22_vae_state_dict().items()},
+              os.path.join(WRITE_MODELS, "vae", VAE_NAME))
+    print("RESULT " + json.dumps({"host": get_host().name, "written": [NAME, VAE_NAME]}))
+    sys.exit(0)
+
+MODELS = tempfile.mkdtemp(prefix="fastar_wan22_")
+PATH = write_model(MODELS)
+folder_paths.add_model_folder_path("diffusion_models", MODELS)
 
 
 def conditioning(seed, scale=1.0):
@@ -175,27 +210,9 @@ _vae = []
 
 
 def wan22_vae():
-    """A random Wan2.2 VAE as VAELoader builds it from a file (ComfyUI's own class and config, detected from the
-    keys). ComfyUI's layers leave their weights uninitialised, so they are drawn here: unit norms, zero biases,
-    weights of variance 1 / fan-in (activations of order one through the stack)."""
+    """The random Wan2.2 VAE as VAELoader builds it from a file."""
     if not _vae:
-        import comfy.ldm.wan.vae2_2 as vae2_2
-
-        g = torch.Generator().manual_seed(0)
-        fsm = vae2_2.WanVAE(dim=160, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
-                            temperal_downsample=[False, True, True], dropout=0.0)
-        sd = fsm.state_dict()
-        del fsm
-        with torch.no_grad():
-            for key, value in sd.items():
-                if key.endswith("gamma") or key.endswith("norm.weight"):
-                    value.fill_(1.0)
-                elif key.endswith("bias"):
-                    value.zero_()
-                else:
-                    value.copy_(torch.randn(value.shape, generator=g) / max(1, value[0].numel()) ** 0.5)
-        _vae.append(comfy.sd.VAE(sd=sd))
-        del sd
+        _vae.append(comfy.sd.VAE(sd=random_wan22_vae_state_dict()))
     return _vae[0]
 
 
