@@ -249,6 +249,17 @@ def longlive2_table(s: ModelShape = LONGLIVE2_5B, grid_hw: tuple = LONGLIVE2_GRI
     return rows
 
 
+LONGLIVE2_CPU_FRAMES = (24, 48, 96)  # latent frames: one, two and three windows
+
+
+def longlive2_cpu_rows(scenario) -> dict:
+    shape = shape_of_scenario(scenario)
+    grid = (scenario.latent_hw[0] // 2, scenario.latent_hw[1] // 2)
+    videos = [4 * (f - 1) + 1 for f in LONGLIVE2_CPU_FRAMES]
+    return {"shape": shape.to_dict(), "grid_hw": list(grid),
+            "rows": longlive2_table(shape, grid, videos, prompt_tokens=real_prompt_tokens(scenario.context) - 1)}
+
+
 def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) -> dict:
     from .scenarios import demo_scenario, longlive2_scenario, wan_shapes_scenario
 
@@ -257,7 +268,7 @@ def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) ->
     models = {}
     for shape in (WAN_1_3B, WAN_14B):
         models[shape.name] = {"shape": shape.to_dict(), "rows": cost_table(shape, lengths, capacity_frames)}
-    for scenario in (demo_scenario(0), wan_shapes_scenario(0), longlive2_scenario(0)):
+    for scenario in (demo_scenario(0), wan_shapes_scenario(0)):
         shape = shape_of_scenario(scenario)
         cpu_lengths = sorted({min(cpu_frames, x) for x in (21, 60, 120, cpu_frames)})
         models[f"{shape.name} (CPU bench)"] = {"shape": shape.to_dict(),
@@ -278,6 +289,8 @@ def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) ->
         "modes": {name: {"cache": spec.describe(), "fastar": fastar.to_dict()}
                   for name, (spec, fastar) in longlive2_modes().items()},
         "rows": longlive2_table(),
+        # the rollout bench's reduced shapes (--scenario longlive2-5b on a CPU), at the 96 latent frames it is run at
+        "cpu_bench": longlive2_cpu_rows(longlive2_scenario(0)),
         "definitions": {
             "dense-window": "LongLive 2.0's own cache: the sink and the most recent frames, 32 with the chunk",
             "tempcache": "FAST-AR's TempCache holding as many frames' worth of groups (24), sink 8",
