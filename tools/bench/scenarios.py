@@ -3,7 +3,7 @@ weights at Wan2.2-TI2V-5B shapes with LongLive 2.0's rollout (its UniPC schedule
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -134,7 +134,12 @@ def bench_modes(preset: str = "balanced", capacity: int = CAPACITY_FRAMES, sink:
     return {
         "dense-global": mode(cache_policy="global"),
         "dense-window": mode(cache_policy="window", window_frames=window_attending(capacity, chunk)),
+        # The same window with K and V stored as int8 with a float32 scale per token and head.
+        "dense-window-int8": (replace(mode(cache_policy="window", window_frames=window_attending(capacity, chunk))[0],
+                                      kv_quant="int8"), mode(cache_policy="window")[1]),
         "tempcache": temp(annca=False, annsa=False),
+        "tempcache-int8": (replace(temp(annca=False, annsa=False)[0], kv_quant="int8"),
+                           temp(annca=False, annsa=False)[1]),
         # The quantized top-1 search (caches/matching.py) in place of the exact one.
         "tempcache-quantized": mode(preset=preset, tempcache_overrides={"capacity_frames": capacity,
                                                                         "matcher": "quantized"},
