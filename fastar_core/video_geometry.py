@@ -1,7 +1,8 @@
-"""Wan2.1's VAE arithmetic in one place: pixels <-> latents, video frames <-> latent frames.
+"""The Wan VAEs' arithmetic in one place: pixels <-> latents, video frames <-> latent frames.
 
-The VAE compresses 8x in space and 4x in time (4k+1 video frames become k+1 latent frames: the first frame
-alone, then groups of four), and the DiT's 2x2 patches make pixel sizes step by 16.
+Both VAEs compress 4x in time (4k+1 video frames become k+1 latent frames: the first frame alone, then groups of
+four). Wan2.1's compresses 8x in space into 16 channels, Wan2.2's (TI2V-5B's) 16x into 48; with the DiT's 2x2
+patches pixel sizes step by 16 and 32. The spatial functions take the stride (default Wan2.1's).
 """
 
 from __future__ import annotations
@@ -12,8 +13,18 @@ from .errors import FastARError
 
 VAE_SPATIAL = 8
 VAE_TEMPORAL = 4
-PIXEL_STEP = 16  # 8x VAE times the 2x2 patch
+PATCH = 2  # the DiT's spatial patch
+PIXEL_STEP = VAE_SPATIAL * PATCH
 LATENT_CHANNELS = 16
+# latent channels -> pixels per latent row/column, for the two Wan VAEs
+VAE_STRIDES = {16: 8, 48: 16}
+
+
+def vae_stride(channels: int) -> int:
+    """Pixels per latent row/column of the Wan VAE whose latents have ``channels`` channels."""
+    if channels not in VAE_STRIDES:
+        raise FastARError(f"a latent of {channels} channels is from no Wan VAE (Wan2.1: 16, Wan2.2: 48)")
+    return VAE_STRIDES[channels]
 
 
 def latent_frames(video_frames: int) -> int:
@@ -40,18 +51,20 @@ def check_video_frames(name: str, length: int) -> int:
     return latent_frames(length)
 
 
-def latent_size(pixels: int) -> int:
-    return pixels // VAE_SPATIAL
+def latent_size(pixels: int, stride: int = VAE_SPATIAL) -> int:
+    return pixels // stride
 
 
-def pixel_size(latent: int) -> int:
-    return latent * VAE_SPATIAL
+def pixel_size(latent: int, stride: int = VAE_SPATIAL) -> int:
+    return latent * stride
 
 
-def check_pixel_size(name: str, value: int) -> int:
-    """The latent size of a ``value``-pixel side; sizes that are not multiples of 16 are refused."""
-    if value < PIXEL_STEP or value % PIXEL_STEP:
-        lo = max(PIXEL_STEP, value // PIXEL_STEP * PIXEL_STEP)
-        raise FastARError(f"{name} {value} is not a multiple of {PIXEL_STEP} (Wan's 8x VAE and 2x2 patches); "
-                          f"nearest valid: {lo} or {lo + PIXEL_STEP}")
-    return latent_size(value)
+def check_pixel_size(name: str, value: int, stride: int = VAE_SPATIAL) -> int:
+    """The latent size of a ``value``-pixel side; sizes that are not multiples of stride x patch are refused."""
+    step = stride * PATCH
+    if value < step or value % step:
+        lo = max(step, value // step * step)
+        vae = "Wan2.1's 8x VAE" if stride == VAE_SPATIAL else f"the {stride}x VAE"
+        raise FastARError(f"{name} {value} is not a multiple of {step} ({vae} and 2x2 patches); "
+                          f"nearest valid: {lo} or {lo + step}")
+    return latent_size(value, stride)

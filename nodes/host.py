@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ..fastar_core.errors import FastARError, GenerationCancelled
+from ..fastar_core.wan_config import WAN22_LATENT_CHANNELS
 from .constants import CORE_AR_CONFIG_KEY, CORE_START_LATENT_KEY
 from .standalone import StandaloneHost
 from .upstream import LOADER_SHIFT_ATTR
@@ -218,13 +219,20 @@ class ComfyHost:
             options["dtype"] = ckpt.dtype
         accepted = inspect.signature(comfy.sd.load_diffusion_model_state_dict).parameters
         extra = {}
+        wan22 = ckpt.config.in_dim == WAN22_LATENT_CHANNELS
         if "metadata" in accepted:
-            extra["metadata"] = detection_metadata(ckpt.metadata, causal_ar=host_has_causal_wan())
+            # core's causal class is Wan2.1's (16 channels); a 5B stays ComfyUI's Wan2.2 TI2V model (WAN22)
+            extra["metadata"] = detection_metadata(ckpt.metadata, causal_ar=host_has_causal_wan() and not wan22)
         if disable_dynamic and "disable_dynamic" in accepted:
             extra["disable_dynamic"] = True
         patcher = comfy.sd.load_diffusion_model_state_dict(dict(ckpt.state_dict), model_options=options, **extra)
         if patcher is None:
-            raise FastARError(f"{ckpt.path}: ComfyUI did not recognise the converted weights as a Wan2.1 model")
+            what = "Wan2.2 TI2V-5B" if wan22 else "Wan2.1"
+            raise FastARError(f"{ckpt.path}: ComfyUI did not recognise the converted weights as a {what} model")
+        if wan22 and getattr(patcher.model.latent_format, "latent_channels", None) != WAN22_LATENT_CHANNELS:
+            raise FastARError(f"{ckpt.path}: this ComfyUI builds the Wan2.2 TI2V-5B weights with a "
+                              f"{patcher.model.latent_format.latent_channels}-channel latent format, not the Wan2.2 "
+                              "VAE's 48: it cannot run a 5B model (ComfyUI 0.3.64 and 0.27.0 can)")
         self._set_shift(patcher, shift)
         return patcher
 

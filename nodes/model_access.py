@@ -17,6 +17,7 @@ from ..fastar_core.engine import EngineSettings, resolve_settings
 from ..fastar_core.errors import FastARError
 from ..fastar_core.matrix_game.config import MatrixGameConfig
 from ..fastar_core.runner import CausalRunner
+from ..fastar_core.video_geometry import VAE_STRIDES
 from .constants import FASTAR_OPTIONS_KEY, TORCH_COMPILE_KWARGS_KEY
 
 
@@ -71,6 +72,16 @@ class ARModel:
     def world(self) -> MatrixGameConfig | None:
         return world_config_of(self.diffusion_model)
 
+    @property
+    def latent_channels(self) -> int:
+        """16 for Wan2.1 T2V, 48 for Wan2.2 TI2V-5B (checked by ``check_wan_t2v``)."""
+        return latent_channels_of(self.diffusion_model)
+
+    @property
+    def vae_stride(self) -> int:
+        """Pixels per latent row/column of the VAE this model's latents come from (8: Wan2.1, 16: Wan2.2)."""
+        return VAE_STRIDES[self.latent_channels]
+
     def runner(self) -> CausalRunner:
         # With partial loading some weights stay offloaded (ComfyUI casts them per call), so the device of the
         # first weight is not where activations belong: use the patcher's load device.
@@ -86,6 +97,10 @@ def diffusion_model_of(patcher):
     return getattr(dm, "_orig_mod", dm)
 
 
+def latent_channels_of(dm) -> int:
+    return int(dm.patch_embedding.weight.shape[1])
+
+
 def check_wan_t2v(dm) -> None:
     missing = [name for name in ("patch_embedding", "text_embedding", "time_embedding", "time_projection", "blocks",
                                  "head") if not hasattr(dm, name)]
@@ -99,9 +114,10 @@ def check_wan_t2v(dm) -> None:
     if getattr(dm, "img_emb", None) is not None or hasattr(dm.blocks[0].cross_attn, "k_img"):
         raise FastARError("the MODEL is a Wan2.1 image-to-video (I2V) model; the AR models are text-to-video. "
                           "For a start image use the 'AR Image to Video' node with the T2V model")
-    in_dim = dm.patch_embedding.weight.shape[1]
-    if in_dim != 16:
-        raise FastARError(f"the MODEL takes {in_dim} latent channels; Wan2.1 T2V takes 16 (Wan2.2 5B is not supported)")
+    in_dim = latent_channels_of(dm)
+    if in_dim not in VAE_STRIDES:
+        raise FastARError(f"the MODEL takes {in_dim} latent channels; the AR models take 16 (Wan2.1 T2V) or 48 "
+                          "(Wan2.2 TI2V-5B, LongLive 2.0)")
 
 
 def compute_dtype(patcher) -> torch.dtype:
@@ -142,13 +158,18 @@ def world_config_of(dm) -> MatrixGameConfig | None:
 
 
 def check_model_input(patcher) -> None:
-    """The MODEL input is a Wan2.1 T2V model or a Matrix-Game 2.0 one: checked before it is loaded to the device,
-    so a wrong model costs no transfer (and no out-of-memory) before its message."""
+    """The MODEL input is a Wan2.1 T2V, a Wan2.2 TI2V-5B or a Matrix-Game 2.0 model: checked before it is loaded to
+    the device, so a wrong model costs no transfer (and no out-of-memory) before its message."""
     if patcher is None or not hasattr(patcher, "model"):
         raise FastARError("the 'model' input is not a MODEL")
     dm = diffusion_model_of(patcher)
     if world_config_of(dm) is None:
         check_wan_t2v(dm)
+
+
+def model_vae_stride(patcher) -> int:
+    """Pixels per latent row/column for a checked MODEL (``check_model_input``): 8 for Wan2.1, 16 for Wan2.2."""
+    return VAE_STRIDES[latent_channels_of(diffusion_model_of(patcher))]
 
 
 def resolve_model(patcher, device=None) -> ARModel:

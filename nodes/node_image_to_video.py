@@ -2,6 +2,8 @@
 
 The AR models are text-to-video, but a causal model continues whatever is in its cache: the start image's
 latent is written to the KV cache before the first chunk (the engine's ``initial_latents``) and kept as frame 0.
+With a UniPC schedule (LongLive 2.0, Wan2.2 TI2V-5B) the samplers do as LongLive 2.0 does instead: the image is
+frame 0 of the first chunk, held there at timestep 0 through every step.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 import torch
 
 from ..fastar_core.errors import FastARError
-from ..fastar_core.video_geometry import check_pixel_size, check_video_frames
+from ..fastar_core.video_geometry import check_pixel_size, check_video_frames, vae_stride
 from .constants import CATEGORY, LATENT_CHANNELS, MAX_LENGTH, MAX_RESOLUTION, PIXEL_STEP
 from .host import get_host
 from .inputs import int_input, link
@@ -19,6 +21,12 @@ from .node_long_sampler import LENGTH_TOOLTIP
 from .prompting import conditioning_entry, with_initial_latent
 
 log = logging.getLogger("FAST-AR")
+
+
+def vae_latent_channels(vae) -> int:
+    """What ComfyUI's VAE says it encodes to (16: Wan2.1's VAE, 48: Wan2.2's); Wan2.1's where it does not say."""
+    channels = getattr(vae, "latent_channels", LATENT_CHANNELS)
+    return channels if isinstance(channels, int) else LATENT_CHANNELS
 
 
 class ARImageToVideo:
@@ -31,10 +39,12 @@ class ARImageToVideo:
     def INPUT_TYPES(cls):
         return {"required": {
             "positive": link("CONDITIONING", "The prompt (CLIP Text Encode with a 'wan' text encoder)."),
-            "vae": link("VAE", "The Wan2.1 VAE (wan_2.1_vae.safetensors)."),
+            "vae": link("VAE", "The model's Wan VAE: wan_2.1_vae.safetensors (Wan2.1 models), "
+                              "wan2.2_vae.safetensors (Wan2.2 TI2V-5B, LongLive 2.0)."),
             "start_image": link("IMAGE", "The first frame. Only the first image of a batch is used; it is scaled to "
                                          "cover width x height and centre-cropped."),
-            "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION, "Video width; must equal the sampler's width.",
+            "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION, "Video width; must equal the sampler's width "
+                                                                "(a multiple of 32 with the Wan2.2 VAE).",
                                step=PIXEL_STEP),
             "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height; must equal the sampler's height.",
                                 step=PIXEL_STEP),
@@ -56,7 +66,9 @@ class ARImageToVideo:
         host = get_host()
         conditioning_entry(positive, "positive")
         total = check_video_frames("length", length)
-        latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
+        channels = vae_latent_channels(vae)
+        stride = vae_stride(channels)  # Wan2.1's VAE: 8 pixels per latent, 16 channels; Wan2.2's: 16 and 48
+        latent_w, latent_h = check_pixel_size("width", width, stride), check_pixel_size("height", height, stride)
         if not torch.is_tensor(start_image) or start_image.ndim != 4:
             raise FastARError("start_image is not an IMAGE [batch, height, width, channels]")
         if start_image.shape[0] > 1:
@@ -66,11 +78,11 @@ class ARImageToVideo:
         latent = vae.encode(image)
         if latent.ndim == 4:
             latent = latent[:, :, None]
-        expected = (LATENT_CHANNELS, latent_h, latent_w)
+        expected = (channels, latent_h, latent_w)
         if latent.ndim != 5 or (latent.shape[1], *latent.shape[3:]) != expected:
-            raise FastARError(f"the VAE gave a latent of shape {list(latent.shape)}; a Wan2.1 VAE gives "
-                              f"[1, 16, 1, {latent_h}, {latent_w}] here (Wan2.2's 48-channel VAE does not fit)")
-        empty = torch.zeros(batch_size, LATENT_CHANNELS, total, latent_h, latent_w,
+            raise FastARError(f"the VAE gave a latent of shape {list(latent.shape)}; a Wan VAE with {channels} "
+                              f"channels gives [1, {channels}, 1, {latent_h}, {latent_w}] here")
+        empty = torch.zeros(batch_size, channels, total, latent_h, latent_w,
                             device=host.intermediate_device())
         start = latent[:, :, :1].to(host.intermediate_device())
         # The pack's samplers read the latent from the conditioning; the hook hands it to core's SamplerARVideo.

@@ -25,7 +25,7 @@ from .constants import (
 )
 from .host import get_host
 from .inputs import combo, float_input, int_input, link, seed_input
-from .model_access import check_model_input, diffusion_model_of, resolve_model, world_config_of
+from .model_access import check_model_input, diffusion_model_of, model_vae_stride, resolve_model, world_config_of
 from .prompting import ARPromptSchedule, as_schedule, conditioning_entry, core_start_latent, with_core_start_image
 from .rollout import RolloutSettings, resolve_settings_for, run_rollout
 from .upstream import ignored_conditioning, ignored_model_patches, ignored_shift
@@ -50,20 +50,21 @@ def world_schedule_notes(config, sigmas, schedule: str) -> list[str]:
 
 
 def check_world_inputs(actions, positive) -> None:
-    """Actions and a world start belong to a Matrix-Game 2.0 model; every model this sampler runs is a Wan2.1
-    text-to-video one."""
+    """Actions and a world start belong to a Matrix-Game 2.0 model; called for every other MODEL (Wan2.1 and
+    Wan2.2 text-to-video)."""
     if actions is not None:
         if not isinstance(actions, ActionScript):
             raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script node")
-        raise FastARError(f"'actions' ({actions.variant}) steer a Matrix-Game 2.0 model, but this MODEL is a Wan2.1 "
-                          "text-to-video model, which takes no actions; disconnect 'actions'")
+        raise FastARError(f"'actions' ({actions.variant}) steer a Matrix-Game 2.0 model, but this MODEL is a "
+                          "text-to-video Wan model, which takes no actions; disconnect 'actions'")
     if not isinstance(positive, ARPromptSchedule) and WORLD_START_KEY in conditioning_entry(positive, "positive")[1]:
         raise FastARError("'positive' comes from World Model Start, which starts a Matrix-Game 2.0 model, but this "
-                          "MODEL is a Wan2.1 text-to-video model: give it a text prompt (CLIP Text Encode)")
+                          "MODEL is a text-to-video Wan model: give it a text prompt (CLIP Text Encode)")
 
 
 class LongVideoSampler:
-    DESCRIPTION = ("Generates a long video chunk by chunk with an autoregressive Wan2.1 model (Self-Forcing family): "
+    DESCRIPTION = ("Generates a long video chunk by chunk with an autoregressive Wan model (the Self-Forcing family on "
+                   "Wan2.1, LongLive 2.0 on Wan2.2 TI2V-5B, Matrix-Game 2.0 steered by an Action Script): "
                    "each chunk is denoised with the step list, then its clean keys/values go into a KV cache that the "
                    "next chunks read. The cache policy bounds memory (window, rolling, or FAST-AR's TempCache). "
                    "Outputs a LATENT for the native VAE Decode and a report.")
@@ -72,27 +73,32 @@ class LongVideoSampler:
     def INPUT_TYPES(cls):
         return {
             "required": {
-                "model": link("MODEL", "A Wan2.1 T2V AR model; pass it through 'FAST-AR Attention' to use FAST-AR."),
+                "model": link("MODEL", "A Wan2.1 T2V AR model, or a Wan2.2 TI2V-5B one (LongLive 2.0); pass it through "
+                                       "'FAST-AR Attention' to use FAST-AR."),
                 "positive": link(CONDITIONING_OR_SCHEDULE, "The prompt: a CONDITIONING (from CLIP Text Encode with a "
                                                            "'wan' text encoder, or from AR Image to Video) or an AR "
                                                            "Prompt Schedule."),
-                "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION, "Video width in pixels (multiple of 16). The AR "
-                                                                    "models are trained at 832x480.", step=PIXEL_STEP),
-                "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height in pixels (multiple of 16).",
-                                    step=PIXEL_STEP),
+                "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION, "Video width in pixels (multiple of 16; of 32 for "
+                                                                    "Wan2.2 TI2V-5B). The Wan2.1 AR models are trained "
+                                                                    "at 832x480, LongLive 2.0 at 1280x704.",
+                                   step=PIXEL_STEP),
+                "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height in pixels (multiple of 16; of 32 "
+                                                                     "for Wan2.2 TI2V-5B).", step=PIXEL_STEP),
                 "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP, step=4),
                 "frames_per_block": int_input(
                     FRAMES_PER_BLOCK, 1, 64, "Latent frames per chunk; must match the checkpoint's "
                                                         "training (3 for Self-Forcing, CausVid, Rolling Forcing, "
-                                                        "LongLive, Krea; 1 for frame-wise Causal Forcing)."),
+                                                        "LongLive, Krea; 1 for frame-wise Causal Forcing; 8 for "
+                                                        "LongLive 2.0)."),
                 "schedule": combo(SCHEDULE_PRESETS, "Denoising steps per chunk: Self-Forcing 4-step (also LongLive, "
                                                     "Causal Forcing), Rolling Forcing 5-step, CausVid 3-step, Krea "
                                                     "Realtime 5-step (its server's list, ending at timestep 0), "
                                                     "Matrix-Game 3-step (universal and gta_drive; templerun takes "
                                                     "Self-Forcing 4-step), "
                                                     "Causal Forcing++ 1- or 2-step (frame-wise; its first frame "
-                                                    "takes the 4-step list). A connected 'sigmas' input replaces "
-                                                    "it."),
+                                                    "takes the 4-step list), LongLive 2.0 4-step UniPC (Wan2.2 "
+                                                    "TI2V-5B: no re-noising; a start image is held as frame 0 of the "
+                                                    "first chunk). A connected 'sigmas' input replaces it."),
                 "mode": combo(SAMPLER_MODES, "chunk: one chunk at a time. rolling: Rolling Forcing's window of chunks "
                                              "at staggered noise levels. auto: rolling for the Rolling Forcing "
                                              "schedule, chunk otherwise."),
@@ -134,7 +140,8 @@ class LongVideoSampler:
 
     RETURN_TYPES = ("LATENT", "STRING")
     RETURN_NAMES = ("latent", "report")
-    OUTPUT_TOOLTIPS = ("Wan2.1 LATENT [batch_size, 16, frames, height/8, width/8] for the native VAE Decode.",
+    OUTPUT_TOOLTIPS = ("LATENT for the native VAE Decode: [batch_size, 16, frames, height/8, width/8] for Wan2.1, "
+                       "[batch_size, 48, frames, height/16, width/16] for Wan2.2 TI2V-5B.",
                        "Per-chunk speed, cache memory and FAST-AR statistics.")
     FUNCTION = "sample"
     CATEGORY = CATEGORY
@@ -145,10 +152,11 @@ class LongVideoSampler:
                batch_size=1):
         host = get_host()
         total_frames = check_video_frames("length", length)
-        latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
+        check_model_input(model)
+        stride = model_vae_stride(model)  # Wan2.1's VAE: 8 pixels per latent; Wan2.2's (TI2V-5B): 16
+        latent_w, latent_h = check_pixel_size("width", width, stride), check_pixel_size("height", height, stride)
         if sigmas is None and schedule not in SCHEDULE_PRESETS:
             raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
-        check_model_input(model)
         world_config = world_config_of(diffusion_model_of(model))
         world = None
         if world_config is None:

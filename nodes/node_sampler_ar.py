@@ -10,10 +10,12 @@ model's latent space and scaled to the first sigma; the guider applies ``process
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import torch
 
 from ..fastar_core.errors import FastARError
+from ..fastar_core.schedule import SOLVERS, custom_schedule
 from .constants import (
     CACHE_POLICIES,
     CATEGORY,
@@ -33,6 +35,18 @@ from .upstream import ignored_conditioning, ignored_model_patches
 
 log = logging.getLogger("FAST-AR")
 SETTING_KEYS = ("frames_per_block", "mode", "cache_policy", "sink_frames", "window_frames", "context_noise")
+# How a chunk's steps go from the SIGMAS: auto is LongLive 2.0's UniPC on a Wan2.2 TI2V-5B MODEL, else the
+# Self-Forcing family's x0-and-re-noise (the engine's schedule solvers).
+SOLVER_CHOICES = ("auto", *SOLVERS)
+
+
+def sigmas_schedule(sigmas, solver: str, latent_channels: int):
+    schedule = custom_schedule(sigmas.detach().float().cpu().flatten().tolist())
+    if solver not in SOLVER_CHOICES:
+        raise FastARError(f"solver {solver!r} is not one of {', '.join(SOLVER_CHOICES)}")
+    if solver == "auto":
+        solver = "unipc" if latent_channels == 48 else "dmd"
+    return replace(schedule, solver=solver)
 
 
 def schedule_from_guider(guider, options: dict) -> tuple[ARPromptSchedule, list]:
@@ -66,10 +80,10 @@ def sample_ar_video(model, noise, sigmas, extra_args=None, callback=None, disabl
     patcher = getattr(guider, "model_patcher", None)
     if patcher is None:
         raise FastARError("the AR Video Sampler (FAST-AR) runs inside SamplerCustomAdvanced with a guider "
-                          "(CFGGuider or BasicGuider) around a Wan2.1 T2V MODEL")
+                          "(CFGGuider or BasicGuider) around a Wan2.1 T2V or Wan2.2 TI2V-5B MODEL")
     if noise.ndim != 5:
-        raise FastARError(f"the latent has shape {list(noise.shape)}; a video latent [B, 16, frames, h, w] is needed "
-                          "(EmptyHunyuanLatentVideo or AR Image to Video)")
+        raise FastARError(f"the latent has shape {list(noise.shape)}; a video latent [B, C, frames, h, w] is needed "
+                          "(EmptyHunyuanLatentVideo, Wan22ImageToVideoLatent or AR Image to Video)")
     schedule, notes = schedule_from_guider(guider, options)
     upstream = ignored_model_patches(patcher)
     positive = (getattr(guider, "conds", None) or {}).get("positive") or []
@@ -88,7 +102,13 @@ def sample_ar_video(model, noise, sigmas, extra_args=None, callback=None, disabl
         raise FastARError(f"the MODEL is Matrix-Game 2.0 {ar_model.world.variant}, which this SAMPLER does not run "
                           "(it takes a text guider): use the Long Video Sampler with World Model Start and an Action "
                           "Script")
-    settings = RolloutSettings(schedule=sigmas.detach().float().cpu(), seed=int(extra_args.get("seed") or 0),
+    if noise.shape[1] != ar_model.latent_channels:
+        source = ("Wan22ImageToVideoLatent or AR Image to Video with the Wan2.2 VAE" if ar_model.latent_channels == 48
+                  else "EmptyHunyuanLatentVideo or AR Image to Video")
+        raise FastARError(f"the latent has {noise.shape[1]} channels but the MODEL takes {ar_model.latent_channels}: "
+                          f"make the LATENT with {source}")
+    schedule_steps = sigmas_schedule(sigmas, options.get("solver", "auto"), ar_model.latent_channels)
+    settings = RolloutSettings(schedule=schedule_steps, seed=int(extra_args.get("seed") or 0),
                                **{k: options[k] for k in SETTING_KEYS if k in options})
     # One video per batch row, as core's sampler returns; row r re-noises as batch item r of the seed.
     outcome = run_rollout(ar_model, schedule, noise.shape[2], noise.shape[3], noise.shape[4], settings, host,
@@ -132,6 +152,10 @@ class SamplerARVideoFastAR:
             "optional": {
                 "prompt_schedule": link(PROMPT_SCHEDULE, "Optional AR Prompt Schedule; replaces the guider's positive "
                                                          "prompt so prompts can change over the video."),
+                "solver": combo(SOLVER_CHOICES, "How each chunk steps through the SIGMAS. dmd: x0, then fresh noise "
+                                                "to the next sigma (Self-Forcing family). unipc: LongLive 2.0's "
+                                                "multistep UniPC, no re-noising. auto: unipc for a Wan2.2 TI2V-5B "
+                                                "MODEL, dmd otherwise.", default="auto"),
             },
         }
 
@@ -142,9 +166,12 @@ class SamplerARVideoFastAR:
     CATEGORY = CATEGORY
 
     def get_sampler(self, frames_per_block=FRAMES_PER_BLOCK, mode="auto", cache_policy="auto", sink_frames=SINK_FRAMES,
-                    window_frames=WINDOW_FRAMES, context_noise=0.0, prompt_schedule=None):
+                    window_frames=WINDOW_FRAMES, context_noise=0.0, prompt_schedule=None, solver="auto"):
+        if solver not in SOLVER_CHOICES:
+            raise FastARError(f"solver {solver!r} is not one of {', '.join(SOLVER_CHOICES)}")
         options = {"frames_per_block": frames_per_block, "mode": mode, "cache_policy": cache_policy,
-                   "sink_frames": sink_frames, "window_frames": window_frames, "context_noise": context_noise}
+                   "sink_frames": sink_frames, "window_frames": window_frames, "context_noise": context_noise,
+                   "solver": solver}
         if prompt_schedule is not None:
             options["prompt_schedule"] = prompt_schedule
         return (get_host().ksampler(sample_ar_video, options),)

@@ -9,23 +9,24 @@ from ..fastar_core.video_geometry import pixel_size
 from .constants import CATEGORY
 from .host import get_host
 from .inputs import float_input, int_input, link, string_input
-from .streaming_decode import decode_pieces, pixel_frames
+from .streaming_decode import decode_pieces, pixel_frames, spatial_upscale
 from .video_file import Mp4Writer
 
 
 class SaveLongVideoStreaming:
     DESCRIPTION = ("Decodes a long video LATENT a few latent frames at a time and appends them to an MP4 as it goes, "
                    "so a 1000-frame video never sits in GPU memory or RAM as pixels (VAE Decode + Create Video would "
-                   "hold all of it). With the Wan2.1 VAE the result is identical to a full VAE Decode: the decoder's "
-                   "causal cache is carried from piece to piece and the latent is cut where ComfyUI's own decode "
-                   "cuts it.")
+                   "hold all of it). With the Wan2.1 or Wan2.2 VAE the result is identical to a full VAE Decode: the "
+                   "decoder's causal cache is carried from piece to piece and the latent is cut where ComfyUI's own "
+                   "decode cuts it.")
 
     @classmethod
     def INPUT_TYPES(cls):
         return {
             "required": {
                 "samples": link("LATENT", "The video LATENT from an AR sampler."),
-                "vae": link("VAE", "The Wan2.1 VAE (wan_2.1_vae.safetensors)."),
+                "vae": link("VAE", "The model's Wan VAE: wan_2.1_vae.safetensors (Wan2.1 models) or "
+                                  "wan2.2_vae.safetensors (Wan2.2 TI2V-5B, LongLive 2.0)."),
                 "fps": float_input(16.0, 1.0, 120.0, "Frames per second of the file (Wan models: 16).", step=1.0),
                 "filename_prefix": string_input("video/FastAR", "Output file prefix, under ComfyUI's output folder."),
                 "frames_per_piece": int_input(8, 1, 256, "Latent frames decoded per step (4 video frames each). "
@@ -47,9 +48,10 @@ class SaveLongVideoStreaming:
         host = get_host()
         latent = samples["samples"] if isinstance(samples, dict) else samples
         if not torch.is_tensor(latent) or latent.ndim != 5:
-            raise FastARError("samples is not a video LATENT [batch, 16, frames, h, w]")
-        batch, _, frames, h, w = latent.shape
-        width, height = pixel_size(w), pixel_size(h)
+            raise FastARError("samples is not a video LATENT [batch, channels, frames, h, w]")
+        batch, channels, frames, h, w = latent.shape
+        stride = spatial_upscale(vae, channels)
+        width, height = pixel_size(w, stride), pixel_size(h, stride)
         metadata = host.metadata(prompt, extra_pnginfo)
         total = pixel_frames(frames)
         bar = host.progress(batch * total)

@@ -66,6 +66,7 @@ def build_report(*, model, result, settings, engine: EngineSettings, mode: str,
     generated = total - n_init
     video_frames = video_geometry.video_frames(total)
     g = model.diffusion_model
+    architecture = "Wan2.2 TI2V" if model.latent_channels == 48 else "Wan2.1"
     chunks = result.chunks
     peak = max((c.cache_bytes for c in chunks), default=0)
     seconds = max(result.seconds, 1e-9)
@@ -74,7 +75,7 @@ def build_report(*, model, result, settings, engine: EngineSettings, mode: str,
     stats.pop("live_bytes", None)
     lines = [
         "FAST-AR long video report",
-        f"model     : Wan2.1 dim {g.dim if hasattr(g, 'dim') else g.config.dim}, {len(g.blocks)} layers | "
+        f"model     : {architecture} dim {g.dim if hasattr(g, 'dim') else g.config.dim}, {len(g.blocks)} layers | "
         f"{str(model.dtype).replace('torch.', '')} on {model.device}",
         f"video     : {video_frames} frames = {total} latent frames"
         + (f" ({n_init} from the start image, {generated} generated)" if n_init else "")

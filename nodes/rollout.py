@@ -42,7 +42,7 @@ class RolloutSettings:
 
 @dataclass
 class RolloutOutcome:
-    latent: torch.Tensor  # model space, [B, 16, T, h, w], start-image frames included
+    latent: torch.Tensor  # model space, [B, C, T, h, w] (C 16 or 48), start-image frames included
     result: RolloutResult
     report: str
 
@@ -63,14 +63,22 @@ def initial_latents(model: ARModel, schedule: ARPromptSchedule, latent_h: int, l
         return None
     if raw.ndim == 4:  # [B, C, h, w]: one frame
         raw = raw[:, :, None]
-    if raw.ndim != 5 or raw.shape[1] != 16:
-        raise FastARError(f"the start image latent has shape {list(raw.shape)}; expected [batch, 16, frames, h, w] "
-                          "from a Wan2.1 VAE")
+    channels, stride = model.latent_channels, model.vae_stride
+    if raw.ndim != 5 or raw.shape[1] != channels:
+        vae = "a Wan2.2 VAE" if channels == 48 else "a Wan2.1 VAE"
+        raise FastARError(f"the start image latent has shape {list(raw.shape)}; this MODEL needs [batch, {channels}, "
+                          f"frames, h, w] from {vae}")
     if tuple(raw.shape[3:]) != (latent_h, latent_w):
-        raise FastARError(f"the start image was encoded at {pixel_size(raw.shape[4])}x{pixel_size(raw.shape[3])} but "
-                          f"the sampler makes {pixel_size(latent_w)}x{pixel_size(latent_h)}: give 'AR Image to Video' "
-                          "the same width and height")
+        raise FastARError(f"the start image was encoded at {pixel_size(raw.shape[4], stride)}x"
+                          f"{pixel_size(raw.shape[3], stride)} but the sampler makes {pixel_size(latent_w, stride)}x"
+                          f"{pixel_size(latent_h, stride)}: give 'AR Image to Video' the same width and height")
     return model.latent_format.process_in(raw.float())
+
+
+def image_in_first_chunk(schedule) -> bool:
+    """LongLive 2.0's image-to-video (a UniPC schedule): the start image is frame 0 of the first chunk, held at
+    timestep 0, not clean context committed before it (the Self-Forcing family's)."""
+    return schedule.solver == "unipc"
 
 
 def batch_rows(name: str, tensor: torch.Tensor, batch: int) -> None:
@@ -119,7 +127,10 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
     mode = resolve_mode(settings, sched.name)
     first = item_schedule(schedule, 0)
     n_init = 0 if first.initial_latent is None else initial_latents(model, first, latent_h, latent_w).shape[2]
-    generated = total_frames - n_init
+    in_chunk = n_init > 0 and image_in_first_chunk(sched)
+    if in_chunk and n_init != 1:
+        raise FastARError(f"the start image latent has {n_init} frames; LongLive 2.0's image-to-video holds one")
+    generated = total_frames - (0 if in_chunk else n_init)
     if generated < 1:
         raise FastARError(f"the video has {total_frames} latent frames and the start image fills {n_init}; "
                           "raise 'length' so that at least one frame is generated")
@@ -129,10 +140,11 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
     sampler = build_sampler(runner, engine.fastar)
     cfg = RolloutConfig(num_frames=generated, latent_height=latent_h, latent_width=latent_w,
                         frames_per_block=settings.frames_per_block, schedule=sched, seed=settings.seed,
-                        cache=engine.cache, context_noise=settings.context_noise, mode=mode, batch=1, channels=16,
-                        first_chunk_schedule=settings.first_chunk_schedule)
+                        cache=engine.cache, context_noise=settings.context_noise, mode=mode, batch=1,
+                        channels=model.latent_channels, first_chunk_schedule=settings.first_chunk_schedule,
+                        image_in_first_chunk=in_chunk)
 
-    plan = plan_rollout(cfg, sched, n_init)
+    plan = plan_rollout(cfg, sched, 0 if in_chunk else n_init)
     n_chunks = len(plan.chunks)
     per_video = plan.total_forwards
     bar = host.progress(per_video * batch)
@@ -186,7 +198,8 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
                      f"{settings.seed}; the table shows the first): {times}")
     sigmas = ", ".join(f"{s:.4g}" for s in sched.sigmas)
     report = build_report(model=model, result=result, settings=settings, engine=engine, mode=mode,
-                          n_init=n_init, width=pixel_size(latent_w), height=pixel_size(latent_h),
+                          n_init=n_init, width=pixel_size(latent_w, model.vae_stride),
+                          height=pixel_size(latent_h, model.vae_stride),
                           schedule_text=f"{sched.name} ({sched.num_steps} steps: {sigmas})",
                           prompts=schedule.describe() if world is None else world.describe(total_frames),
                           notes=notes)

@@ -11,8 +11,13 @@ has cut the latent two ways:
 
 Both start with frame 0 alone, so the stream decodes frame 0 first and reads the cut from what the decoder
 returns (a list means pairs), never from a version number. A piece that ends inside a pair keeps its last frame
-back for the next piece, so any ``frames_per_piece`` is exact. For any other video VAE the fallback
-(``OverlapStream``) decodes each piece with a few earlier latent frames as context and drops their pixels.
+back for the next piece, so any ``frames_per_piece`` is exact.
+
+Wan2.2's VAE (``wan/vae2_2.py``, TI2V-5B's 48-channel latents, 16x in space) decodes the same way on both
+versions: frame 0 alone marked ``first_chunk``, then one frame per call, each call's pixels 2x2-patched into
+channels until ComfyUI's ``unpatchify`` (per frame, so a piece is unpatched alone). ``WanCausalStream`` does that
+too. For any other video VAE the fallback (``OverlapStream``) decodes each piece with a few earlier latent
+frames as context and drops their pixels.
 
 Latent frame 0 decodes to 1 video frame, every later latent frame to 4.
 """
@@ -24,6 +29,8 @@ from collections.abc import Iterator
 
 import torch
 
+from ..fastar_core.video_geometry import VAE_SPATIAL, VAE_STRIDES
+
 CONTEXT_FRAMES = 3  # latent frames of context per piece in the fallback
 
 
@@ -31,10 +38,28 @@ def pixel_frames(latent_frames: int) -> int:
     return 1 + 4 * (latent_frames - 1) if latent_frames > 0 else 0
 
 
-def is_wan21_vae(vae) -> bool:
+def wan_vae_kind(vae) -> str | None:
+    """"wan2.1" or "wan2.2" for ComfyUI's Wan VAEs (``comfy.ldm.wan.vae`` / ``vae2_2``), else None."""
     fsm = getattr(vae, "first_stage_model", None)
-    return (fsm is not None and type(fsm).__name__ == "WanVAE" and type(fsm).__module__.endswith("wan.vae")
-            and hasattr(fsm, "decoder") and hasattr(fsm, "conv2"))
+    if fsm is None or type(fsm).__name__ != "WanVAE" or not (hasattr(fsm, "decoder") and hasattr(fsm, "conv2")):
+        return None
+    module = type(fsm).__module__
+    if module.endswith("wan.vae"):
+        return "wan2.1"
+    if module.endswith("wan.vae2_2") and callable(getattr(sys.modules.get(module), "unpatchify", None)):
+        return "wan2.2"
+    return None
+
+
+def spatial_upscale(vae, latent_channels: int) -> int:
+    """Pixels per latent row/column: what ComfyUI's VAE says (``upscale_ratio``), else the Wan VAE's of this many
+    channels (8 for 16, 16 for 48), else Wan2.1's."""
+    ratio = getattr(vae, "upscale_ratio", None)
+    if isinstance(ratio, (tuple, list)) and isinstance(ratio[-1], int):
+        return ratio[-1]
+    if isinstance(ratio, int) and not isinstance(ratio, bool):
+        return ratio
+    return VAE_STRIDES.get(latent_channels, VAE_SPATIAL)
 
 
 def decoder_cache_slots(fsm) -> int:
@@ -48,25 +73,28 @@ def decoder_cache_slots(fsm) -> int:
 
 
 class WanCausalStream:
-    """Exact streaming decode through ComfyUI's Wan2.1 ``WanVAE`` internals (its decode loop, kept open)."""
+    """Exact streaming decode through ComfyUI's Wan ``WanVAE`` internals (its decode loop, kept open): Wan2.1's
+    VAE or Wan2.2's."""
 
     def __init__(self, vae):
         self.vae = vae
         self.fsm = vae.first_stage_model
+        self.wan22 = wan_vae_kind(vae) == "wan2.2"
         self.feat_cache = [None] * decoder_cache_slots(self.fsm)
         self.started = False  # frame 0 decoded
         self.step = 1  # latent frames per decoder call after frame 0; 2 once the decoder shows it cuts in pairs
         self.pending = None  # latent frames (after conv2) waiting to complete a decoder call
 
-    def _call(self, x: torch.Tensor) -> list:
-        out = self.fsm.decoder(x, feat_cache=self.feat_cache, feat_idx=[0])
+    def _call(self, x: torch.Tensor, first: bool = False) -> list:
+        extra = {"first_chunk": True} if self.wan22 and first else {}
+        out = self.fsm.decoder(x, feat_cache=self.feat_cache, feat_idx=[0], **extra)
         if isinstance(out, (list, tuple)):  # the chunked decoder: WanVAE.decode feeds it pairs
             self.step = 2
             return list(out)
         return [out]
 
     def decode(self, z: torch.Tensor, final: bool = False) -> torch.Tensor | None:
-        """Latent piece [B, 16, n, h, w] (raw VAE space) -> pixels [B, 3, frames, H, W] in 0..1.
+        """Latent piece [B, C, n, h, w] (raw VAE space) -> pixels [B, 3, frames, H, W] in 0..1.
 
         Frames that complete no decoder call yet are held back (``final`` flushes them), so a piece may give
         fewer pixel frames than ``pixel_frames`` of its length (None for none) and the next one more."""
@@ -76,7 +104,7 @@ class WanCausalStream:
             x, self.pending = torch.cat([self.pending, x], dim=2), None
         out, i, n = [], 0, x.shape[2]
         if not self.started and n:
-            out += self._call(x[:, :, :1])
+            out += self._call(x[:, :, :1], first=True)
             self.started, i = True, 1
         while n - i >= self.step or (final and i < n):
             out += self._call(x[:, :, i:i + self.step])
@@ -86,7 +114,10 @@ class WanCausalStream:
         if not out:
             return None
         dtype = vae.vae_output_dtype() if hasattr(vae, "vae_output_dtype") else torch.float32
-        return vae.process_output(torch.cat(out, dim=2).to(dtype))
+        pixels = torch.cat(out, dim=2)
+        if self.wan22:  # the decoder's 12 channels per pixel pair back to 3 channels at full size
+            pixels = sys.modules[type(self.fsm).__module__].unpatchify(pixels, patch_size=2)
+        return vae.process_output(pixels.to(dtype))
 
 
 class OverlapStream:
@@ -112,7 +143,7 @@ class OverlapStream:
 def stream_pixels(vae, latent: torch.Tensor, piece: int, load=None) -> Iterator[torch.Tensor]:
     """Yield pixels [B, 3, frames, H, W] in 0..1, ``piece`` latent frames at a time (pieces with no finished
     frame are skipped)."""
-    stream = WanCausalStream(vae) if is_wan21_vae(vae) else OverlapStream(vae, latent)
+    stream = WanCausalStream(vae) if wan_vae_kind(vae) is not None else OverlapStream(vae, latent)
     if load is not None:
         load(vae, latent[:, :, :piece + 1].shape)  # a held-back frame can make a call one frame longer
     total = latent.shape[2]

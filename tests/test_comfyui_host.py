@@ -473,6 +473,75 @@ def test_core_ar_template_with_the_pack_on_either_side(server):
     assert (server.out / video["subfolder"] / video["filename"]).stat().st_size > 0
 
 
+WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+
+
+def ui_to_api(workflow: dict, info: dict) -> dict:
+    """The API prompt the editor makes of a UI workflow: widget values in the node's input order (a seed's
+    control value and an upload button's skipped), links as [source id, output slot]; notes dropped."""
+    links = {link[0]: link for link in workflow["links"]}
+    prompt = {}
+    for node in workflow["nodes"]:
+        if node["type"] in ("MarkdownNote", "Note"):
+            continue
+        spec, values, inputs, i = info[node["type"]], list(node.get("widgets_values") or []), {}, 0
+        linked = {slot["name"]: links[slot["link"]] for slot in node.get("inputs", []) if slot.get("link") is not None}
+        for section in ("required", "optional"):
+            for name in spec["input_order"].get(section, []):
+                kind, *rest = spec["input"][section][name]
+                opts = rest[0] if rest else {}
+                widget = isinstance(kind, list) or kind in WIDGET_TYPES
+                if name in linked:
+                    inputs[name] = [str(linked[name][1]), linked[name][2]]
+                elif widget and i < len(values):
+                    inputs[name] = values[i]
+                if widget:
+                    seed = kind == "INT" and (opts.get("control_after_generate") or name in ("seed", "noise_seed"))
+                    i += 1 + bool(seed) + bool(opts.get("image_upload"))
+        prompt[str(node["id"])] = {"class_type": node["type"], "inputs": inputs}
+    return prompt
+
+
+def test_longlive2_workflow_runs_on_a_tiny_5b_model_and_a_random_wan22_vae(server):
+    """The shipped LongLive 2.0 workflow, as the editor queues it, on a tiny Wan2.2 TI2V-5B-shaped model and a
+    random Wan2.2 VAE (written into the host's models by tests/comfyui_wan22.py): the prompt comes from the harness
+    instead of UMT5, and the video is made small."""
+    need_harness(server)
+    models = Path(server.host.dir) / "models"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    workflow = json.loads((ROOT / "example_workflows" / "fastar_longlive2_5b.json").read_text())
+    prompt = ui_to_api(workflow, server.object_info())
+    by_type = {node["class_type"]: key for key, node in prompt.items()}
+    encode = by_type["CLIPTextEncode"]
+    del prompt[by_type["CLIPLoader"]]
+    prompt[encode] = {"class_type": "HarnessRandomConditioning",
+                      "inputs": {"seed": 1, "tokens": 16, "dim": 4096, "scale": 1.0}}
+    prompt[by_type["FastAR_LoadARVideoModel"]]["inputs"]["model_name"] = "tiny_wan22_ti2v_5b.safetensors"
+    prompt[by_type["VAELoader"]]["inputs"]["vae_name"] = "random_wan22_vae.safetensors"
+    sampler = prompt[by_type["FastAR_LongVideoSampler"]]["inputs"]
+    assert (sampler["width"], sampler["height"], sampler["frames_per_block"], sampler["sink_frames"],
+            sampler["window_frames"]) == (1280, 704, 8, 8, 32), "the workflow is LongLive 2.0's setting"
+    sampler.update(width=64, height=64, length=65)  # 17 latent frames: two chunks of 8 and one frame
+    written = [models / "diffusion_models" / "tiny_wan22_ti2v_5b.safetensors",
+               models / "vae" / "random_wan22_vae.safetensors"]
+    try:
+        done = subprocess.run([server.host.python, str(ROOT / "tests" / "comfyui_wan22.py"), str(ROOT),
+                               "--write-models", str(models)], cwd=server.host.dir, capture_output=True, text=True,
+                              timeout=900, env=env)
+        assert done.returncode == 0 and all(p.is_file() for p in written), done.stderr[-3000:]
+        entry = run_prompt(server, prompt, timeout=900)
+    finally:
+        for path in written:
+            path.unlink(missing_ok=True)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    outputs = entry["outputs"]
+    report = outputs[by_type["PreviewAny"]]["text"][0]
+    assert "Wan2.2 TI2V dim 256" in report and "longlive2 (4 steps" in report and "64x64" in report, report
+    assert "tempcache" in report, report
+    video = outputs[by_type["FastAR_SaveLongVideo"]]["images"][0]
+    assert video["filename"].endswith(".mp4") and (server.out / video["subfolder"] / video["filename"]).stat().st_size
+
+
 @pytest.fixture(scope="module")
 def in_process(host):
     """tests/comfyui_in_process.py run once per host with the host's python, in its ComfyUI folder."""

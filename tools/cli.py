@@ -83,7 +83,10 @@ def build_parser() -> OneLineParser:
                    help="which benchmark (kernels and gpu-rollout need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
-    p.add_argument("--model", default="demo", choices=["demo", "wan-shapes"], help="rollout model")
+    p.add_argument("--model", "--scenario", dest="model", default="demo",
+                   choices=["demo", "wan-shapes", "longlive2-5b"],
+                   help="rollout model: the demo, random weights at Wan2.1-1.3B shapes, or at Wan2.2-TI2V-5B shapes "
+                        "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,

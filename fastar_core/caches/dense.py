@@ -21,6 +21,7 @@ import torch
 from ..errors import FastARError
 from ..rope import grid_positions, rotate
 from .base import CacheShape, CacheView, KVCache, check_fits, element_size
+from .quant import KV_QUANTS, dequantize_int8, quantize_int8
 
 
 class DenseKVCache(KVCache):
@@ -45,10 +46,14 @@ class DenseKVCache(KVCache):
         device="cpu",
         frames_per_block: int = 1,
         rotated_keys: bool = False,
+        kv_quant: str = "none",
     ):
         super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
         self.frames_per_block = frames_per_block
         self.rotated_keys = rotated_keys
+        if kv_quant not in KV_QUANTS:
+            raise FastARError(f"kv_quant {kv_quant!r} is not one of {', '.join(KV_QUANTS)}")
+        self.kv_quant = kv_quant
         if capacity_frames <= sink_frames:
             raise FastARError(f"cache capacity ({capacity_frames} frames) must exceed the sink ({sink_frames} frames)")
         self.capacity_frames = capacity_frames
@@ -57,8 +62,15 @@ class DenseKVCache(KVCache):
         tokens = capacity_frames * self.tokens_per_frame
         shape = (batch, num_heads, tokens, head_dim)
         check_fits(self.device, self.allocated_bytes(), f"the {self.policy} cache for {capacity_frames} latent frames")
-        self.k = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        stored = torch.int8 if kv_quant == "int8" else dtype
+        self.k = [torch.zeros(shape, dtype=stored, device=self.device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=stored, device=self.device) for _ in range(num_layers)]
+        # int8: one float32 scale per token and head for each of K and V (absmax / 127 of that token's row)
+        scales = (batch, num_heads, tokens, 1)
+        self.k_scale = ([torch.zeros(scales, device=self.device) for _ in range(num_layers)]
+                        if kv_quant == "int8" else None)
+        self.v_scale = ([torch.zeros(scales, device=self.device) for _ in range(num_layers)]
+                        if kv_quant == "int8" else None)
         self.positions = torch.zeros(num_layers, tokens, 3, dtype=torch.long, device=self.device)
         self.bias = torch.full((num_layers, tokens), float("-inf"), device=self.device)
         # Frame index held by each slot (-1 when empty), and how many slots were ever used, per layer.
@@ -121,8 +133,15 @@ class DenseKVCache(KVCache):
         idx = self._token_index(slots)
         if self.rotated_keys:
             k = rotate(k, positions[None])
-        self.k[layer].index_copy_(2, idx, k.to(self.dtype))
-        self.v[layer].index_copy_(2, idx, v.to(self.dtype))
+        if self.kv_quant == "int8":
+            assert self.k_scale is not None and self.v_scale is not None
+            for store, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
+                q, x_scale = quantize_int8(x)
+                store[layer].index_copy_(2, idx, q)
+                scale[layer].index_copy_(2, idx, x_scale)
+        else:
+            self.k[layer].index_copy_(2, idx, k.to(self.dtype))
+            self.v[layer].index_copy_(2, idx, v.to(self.dtype))
         self.positions[layer, idx] = positions
         self.bias[layer, idx] = 0.0
         self.high_water[layer] = max(self.high_water[layer], max(slots) + 1)
@@ -140,14 +159,27 @@ class DenseKVCache(KVCache):
                     self.slot_frame[layer][slot] = -1
                     self.bias[layer, self._token_index([slot])] = float("-inf")
 
+    def _read(self, layer: int, tokens) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of ``tokens`` (an index tensor or a slice) in the cache's dtype: the stored tensors themselves
+        (a slice is a view), or int8 ones dequantized into a fresh copy."""
+        def take(t):
+            return t.index_select(2, tokens) if torch.is_tensor(tokens) else t[:, :, tokens]
+
+        if self.kv_quant != "int8":
+            return take(self.k[layer]), take(self.v[layer])
+        assert self.k_scale is not None and self.v_scale is not None
+        return (dequantize_int8(take(self.k[layer]), take(self.k_scale[layer]), self.dtype),
+                dequantize_int8(take(self.v[layer]), take(self.v_scale[layer]), self.dtype))
+
     def _live_slots(self, layer: int = 0) -> list[int]:
         return [s for s, f in enumerate(self.slot_frame[layer]) if f >= 0]
 
     def _select(self, layer: int, frames_and_slots, n_sink_frames: int) -> CacheView:
         """A view of the given (frame, slot) entries, in that order (sink first)."""
         idx = self._token_index([s for _, s in frames_and_slots])
+        k, v = self._read(layer, idx)
         return CacheView(
-            k=self.k[layer].index_select(2, idx), v=self.v[layer].index_select(2, idx),
+            k=k, v=v,
             bias=torch.zeros(1, 1, idx.numel(), device=self.device), positions=self.positions[layer, idx][None],
             n_sink=n_sink_frames * self.tokens_per_frame, uniform=True, version=self.versions[layer],
             rotated=self.rotated_keys,
@@ -165,26 +197,33 @@ class DenseKVCache(KVCache):
             return None
         n_sink = sum(1 for f in self.slot_frame[layer] if 0 <= f < self.sink_frames) * self.tokens_per_frame
         end = self.high_water[layer] * self.tokens_per_frame
+        k, v = self._read(layer, slice(0, end))
         return CacheView(
-            k=self.k[layer][:, :, :end], v=self.v[layer][:, :, :end], bias=self.bias[layer, :end][None, None],
+            k=k, v=v, bias=self.bias[layer, :end][None, None],
             positions=self.positions[layer, :end][None], n_sink=n_sink, uniform=len(live) == self.high_water[layer],
             version=self.versions[layer], rotated=self.rotated_keys,
         )
 
     @staticmethod
-    def _token_bytes(num_layers, batch, num_heads, head_dim, dtype) -> int:
-        """Bytes per cached token over every layer: k and v, three int64 positions and a float32 bias."""
-        per_layer = 2 * batch * num_heads * head_dim * element_size(dtype)
+    def _token_bytes(num_layers, batch, num_heads, head_dim, dtype, kv_quant: str = "none") -> int:
+        """Bytes per cached token over every layer: k and v (int8: with a float32 scale per head each), three
+        int64 positions and a float32 bias."""
+        if kv_quant == "int8":
+            per_layer = 2 * batch * num_heads * (head_dim + 4)
+        else:
+            per_layer = 2 * batch * num_heads * head_dim * element_size(dtype)
         return (per_layer + 3 * 8 + 4) * num_layers
 
     def _bytes_per_token(self) -> int:
-        return self._token_bytes(self.num_layers, self.batch, self.num_heads, self.head_dim, self.dtype)
+        return self._token_bytes(self.num_layers, self.batch, self.num_heads, self.head_dim, self.dtype,
+                                 self.kv_quant)
 
     @classmethod
     def planned_bytes(cls, spec, shape: CacheShape, total_frames: int) -> int:
         frames = cls.allocated_frames(spec, total_frames, shape.frames_per_block)
         tokens = frames * shape.grid_hw[0] * shape.grid_hw[1]
-        return tokens * cls._token_bytes(shape.num_layers, shape.batch, shape.num_heads, shape.head_dim, shape.dtype)
+        return tokens * cls._token_bytes(shape.num_layers, shape.batch, shape.num_heads, shape.head_dim, shape.dtype,
+                                         getattr(spec, "kv_quant", "none"))
 
     def live_bytes(self) -> int:
         return len(self._live_slots()) * self.tokens_per_frame * self._bytes_per_token()
@@ -212,7 +251,7 @@ class WindowCache(DenseKVCache):
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> WindowCache:
         return cls(**vars(shape), capacity_frames=cls.allocated_frames(spec, total_frames, shape.frames_per_block),
-                   sink_frames=spec.sink_frames, attend_frames=spec.window_frames)
+                   sink_frames=spec.sink_frames, attend_frames=spec.window_frames, kv_quant=spec.kv_quant)
 
     @classmethod
     def describe(cls, spec) -> str:
@@ -262,7 +301,7 @@ class GlobalCache(DenseKVCache):
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> GlobalCache:
-        return cls(**vars(shape), capacity_frames=total_frames, sink_frames=0)
+        return cls(**vars(shape), capacity_frames=total_frames, sink_frames=0, kv_quant=spec.kv_quant)
 
     @classmethod
     def describe(cls, spec) -> str:
@@ -295,7 +334,7 @@ class RollingCache(DenseKVCache):
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> RollingCache:
         return cls(**vars(shape), capacity_frames=spec.rolling_capacity, sink_frames=spec.sink_frames,
-                   attend_frames=spec.rolling_attend)
+                   attend_frames=spec.rolling_attend, kv_quant=spec.kv_quant)
 
     @classmethod
     def describe(cls, spec) -> str:
@@ -369,7 +408,8 @@ class RecomputeCache(DenseKVCache):
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> RecomputeCache:
-        return cls(window_frames=spec.window_frames, anchor_frames=spec.sink_frames, **vars(shape))
+        return cls(window_frames=spec.window_frames, anchor_frames=spec.sink_frames, kv_quant=spec.kv_quant,
+                   **vars(shape))
 
     @classmethod
     def describe(cls, spec) -> str:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from ..errors import FastARError
 from .base import CacheShape, KVCache
 from .dense import GlobalCache, RecomputeCache, RollingCache, WindowCache
+from .quant import KV_QUANTS
 from .tempcache import TempCache
 
 # Every cache policy, by the name users type. A new policy is one KVCache subclass and one line here.
@@ -93,6 +94,9 @@ class CacheSpec:
     rolling_capacity: int = 24  # rolling: frames held
     rolling_attend: int = 21  # rolling: frames attended, queries included
     tempcache: TempCacheSettings = field(default_factory=TempCacheSettings)
+    # How the caches store K and V: in the model's dtype ("none"), or "int8" with a float32 scale per token (a
+    # TempCache group) and head, about half of bf16's bytes (caches/quant.py)
+    kv_quant: str = "none"
 
     @property
     def policy_class(self) -> type[KVCache]:
@@ -104,6 +108,8 @@ class CacheSpec:
         cls = self.policy_class
         if self.sink_frames < 0:
             raise FastARError(f"sink_frames must be >= 0, got {self.sink_frames}")
+        if self.kv_quant not in KV_QUANTS:
+            raise FastARError(f"kv_quant {self.kv_quant!r} is not one of {', '.join(KV_QUANTS)}")
         cls.check_spec(self, frames_per_block)
         return self
 
@@ -112,7 +118,8 @@ class CacheSpec:
 
     def describe(self) -> str:
         """One line for reports: the policy and the sizes it uses."""
-        return self.policy_class.describe(self)
+        text = self.policy_class.describe(self)
+        return text + (", K/V int8 with per-token scales" if self.kv_quant == "int8" else "")
 
     def to_dict(self) -> dict:
         return asdict(self)

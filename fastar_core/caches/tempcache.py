@@ -30,6 +30,7 @@ from ..errors import FastARError
 from ..rope import grid_positions, rotate
 from .base import CacheShape, CacheView, KVCache, check_fits, element_size
 from .matching import SEARCH_DTYPE, SEARCH_MARGIN, exact_top1, quantized_top1, search_form
+from .quant import KV_QUANTS, dequantize_int8, quantize_int8
 
 # Equal keys can differ in the last bits after normalisation; a threshold of 1.0 must still merge them.
 COSINE_SLACK = 1e-6
@@ -41,11 +42,14 @@ class TempCache(KVCache):
     keeps_sink = True
 
     def __init__(self, settings, sink_frames, num_layers, batch, num_heads, head_dim, grid_hw, dtype=torch.float32,
-                 device="cpu", frames_per_block=1, rotated_keys=False):
+                 device="cpu", frames_per_block=1, rotated_keys=False, kv_quant="none"):
         """``settings``: a ``TempCacheSettings`` (threshold, capacity, representative, scope, matcher). Keys stay
         before RoPE whatever ``rotated_keys`` asks: merging compares content, and a group moves to its newest
         member's position."""
         super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
+        if kv_quant not in KV_QUANTS:
+            raise FastARError(f"kv_quant {kv_quant!r} is not one of {', '.join(KV_QUANTS)}")
+        self.kv_quant = kv_quant
         self.settings = settings
         self.sink_frames = sink_frames
         self.sink_tokens = sink_frames * self.tokens_per_frame
@@ -57,8 +61,14 @@ class TempCache(KVCache):
         C = self.capacity + 1
         B, H, D = batch, num_heads, head_dim
         check_fits(self.device, self.allocated_bytes(), f"TempCache with {settings.capacity_frames} frames' capacity")
-        self.k = [torch.zeros(B, H, C, D, dtype=dtype, device=self.device) for _ in range(num_layers)]
-        self.v = [torch.zeros(B, H, C, D, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        stored = torch.int8 if kv_quant == "int8" else dtype
+        self.k = [torch.zeros(B, H, C, D, dtype=stored, device=self.device) for _ in range(num_layers)]
+        self.v = [torch.zeros(B, H, C, D, dtype=stored, device=self.device) for _ in range(num_layers)]
+        # int8: a float32 scale per group slot and head for each of K and V (see dense.quantize_int8)
+        self.k_scale = ([torch.zeros(B, H, C, 1, device=self.device) for _ in range(num_layers)]
+                        if kv_quant == "int8" else None)
+        self.v_scale = ([torch.zeros(B, H, C, 1, device=self.device) for _ in range(num_layers)]
+                        if kv_quant == "int8" else None)
         self.count = [torch.zeros(B, H, C, device=self.device) for _ in range(num_layers)]
         self.pos = [torch.zeros(B, H, C, 3, dtype=torch.long, device=self.device) for _ in range(num_layers)]
         self.updated = [torch.zeros(B, H, C, dtype=torch.long, device=self.device) for _ in range(num_layers)]
@@ -81,7 +91,7 @@ class TempCache(KVCache):
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> TempCache:
-        return cls(spec.tempcache, spec.sink_frames, **vars(shape))
+        return cls(spec.tempcache, spec.sink_frames, **vars(shape), kv_quant=spec.kv_quant)
 
     @classmethod
     def describe(cls, spec) -> str:
@@ -102,17 +112,19 @@ class TempCache(KVCache):
         return max(0, cls.attended_frames(spec, committed, frames_per_block) - spec.sink_frames)
 
     @staticmethod
-    def _slot_bytes(settings, head_dim: int, dtype) -> int:
-        """Bytes per group slot: k, v, count, position, last update, and the optional oldest/sum of times."""
+    def _slot_bytes(settings, head_dim: int, dtype, kv_quant: str = "none") -> int:
+        """Bytes per group slot: k, v (int8: with a float32 scale each), count, position, last update, and the
+        optional oldest/sum of times."""
         extra = 8 * (bool(settings.max_spread_frames) + (settings.position == "weighted"))
         search = head_dim * element_size(SEARCH_DTYPE) if TempCache._searches(settings) else 0
-        return 2 * head_dim * element_size(dtype) + 4 + 3 * 8 + 8 + extra + search
+        kv = 2 * (head_dim + 4) if kv_quant == "int8" else 2 * head_dim * element_size(dtype)
+        return kv + 4 + 3 * 8 + 8 + extra + search
 
     @classmethod
     def planned_bytes(cls, spec, shape: CacheShape, total_frames: int) -> int:
         slots = spec.tempcache.capacity_frames * shape.grid_hw[0] * shape.grid_hw[1] + 1  # + the trash slot
         return shape.num_layers * shape.batch * shape.num_heads * slots * cls._slot_bytes(
-            spec.tempcache, shape.head_dim, shape.dtype)
+            spec.tempcache, shape.head_dim, shape.dtype, getattr(spec, "kv_quant", "none"))
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:
@@ -159,6 +171,33 @@ class TempCache(KVCache):
         self._pending = (frame_start, num_frames)
 
     def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        if self.kv_quant != "int8":
+            return self._commit(layer, k, v)
+        # int8: this layer's groups in the cache's dtype while the chunk merges into them, then stored again. A
+        # group left alone comes back with the same int8 values and scale (its largest entry is +-127 x scale).
+        assert self.k_scale is not None and self.v_scale is not None
+        stored = self.k[layer], self.v[layer]
+        self.k[layer] = dequantize_int8(stored[0], self.k_scale[layer], self.dtype)
+        self.v[layer] = dequantize_int8(stored[1], self.v_scale[layer], self.dtype)
+        try:
+            self._commit(layer, k, v)
+        finally:
+            for store, scale, x, keep in ((self.k, self.k_scale, self.k[layer], stored[0]),
+                                          (self.v, self.v_scale, self.v[layer], stored[1])):
+                q, x_scale = quantize_int8(x)
+                keep.copy_(q)
+                scale[layer].copy_(x_scale)
+                store[layer] = keep
+
+    def _kv(self, layer: int, hw: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``hw`` slots' K and V in the cache's dtype (int8 ones dequantized into a copy)."""
+        if self.kv_quant != "int8":
+            return self.k[layer][:, :, :hw], self.v[layer][:, :, :hw]
+        assert self.k_scale is not None and self.v_scale is not None
+        return (dequantize_int8(self.k[layer][:, :, :hw], self.k_scale[layer][:, :, :hw], self.dtype),
+                dequantize_int8(self.v[layer][:, :, :hw], self.v_scale[layer][:, :, :hw], self.dtype))
+
+    def _commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         self.versions[layer] += 1
         frame_start, num_frames = self._pending
         positions = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], device=self.device)
@@ -315,8 +354,9 @@ class TempCache(KVCache):
         uniform = bool((count == 1).all())
         bias = (torch.zeros(1, 1, hw, device=self.device).expand(*count.shape) if uniform else
                 torch.where(count > 0, count.clamp_min(1e-30).log(), torch.full_like(count, float("-inf"))))
+        k, v = self._kv(layer, hw)
         return CacheView(
-            k=self.k[layer][:, :, :hw], v=self.v[layer][:, :, :hw], bias=bias,
+            k=k, v=v, bias=bias,
             positions=self._attention_positions(layer, hw),
             n_sink=min(self.sink_tokens, hw), uniform=uniform, version=self.versions[layer],
         )
@@ -327,7 +367,7 @@ class TempCache(KVCache):
         return float((self.count[layer][:, :, : self.capacity] > 0).float().sum(-1).mean())
 
     def _bytes_per_slot(self) -> int:
-        return self._slot_bytes(self.settings, self.head_dim, self.dtype)
+        return self._slot_bytes(self.settings, self.head_dim, self.dtype, self.kv_quant)
 
     def live_bytes(self) -> int:
         slots = sum(int((c[:, :, : self.capacity] > 0).sum()) for c in self.count)

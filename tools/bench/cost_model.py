@@ -56,6 +56,13 @@ WAN_1_3B = ModelShape("Wan2.1-1.3B 480x832", dim=1536, heads=12, layers=30, ffn=
                       text_tokens=512)
 WAN_14B = ModelShape("Wan2.1-14B 480x832", dim=5120, heads=40, layers=40, ffn=13824, tokens_per_frame=1560,
                      text_tokens=512)
+# LongLive 2.0 on Wan2.2-TI2V-5B at 704x1280: 44x80 latents (the Wan2.2 VAE's 16x16 pixels per latent), 2x2 patches
+# = 22x40 = 880 tokens per latent frame; chunks of 8 latent frames, 4 UniPC steps and a clean pass.
+LONGLIVE2_5B = ModelShape("LongLive 2.0 (Wan2.2-TI2V-5B) 704x1280", dim=3072, heads=24, layers=30, ffn=14336,
+                          tokens_per_frame=880, text_tokens=512, frames_per_block=8)
+LONGLIVE2_GRID = (22, 40)
+LONGLIVE2_PROMPT_TOKENS = 128  # real prompt tokens where AnnCA's exact pad merge is counted (its "all" mode)
+LONGLIVE2_MODES = ("dense-global", "dense-window", "tempcache", "all")
 
 
 def shape_of_scenario(scenario, text_tokens: int | None = None) -> ModelShape:
@@ -199,8 +206,62 @@ def cost_table(s: ModelShape, latent_lengths, capacity_frames: int = 21) -> list
     return rows
 
 
+def longlive2_modes() -> dict:
+    """The rollout bench's modes at LongLive 2.0's sizes: dense-window is its own cache (window 32 with the chunk,
+    sink 8: 24 frames cached), TempCache holds as many frames' worth of groups, sink 8."""
+    from .scenarios import LONGLIVE2_CHUNK, LONGLIVE2_SINK, LONGLIVE2_WINDOW, bench_modes
+
+    modes = bench_modes(capacity=LONGLIVE2_WINDOW - LONGLIVE2_CHUNK, sink=LONGLIVE2_SINK, chunk=LONGLIVE2_CHUNK)
+    return {name: modes[name] for name in LONGLIVE2_MODES}
+
+
+def cache_bytes(s: ModelShape, grid_hw: tuple, spec, frames: int, dtype=None) -> int:
+    """Bytes a cache policy allocates for a rollout of ``frames`` latent frames at ``s`` (bf16 by default), as the
+    policy class plans them (the number ``fastar generate``'s memory check uses)."""
+    import torch
+
+    from ...fastar_core.caches.base import CacheShape
+
+    shape = CacheShape(num_layers=s.layers, batch=1, num_heads=s.heads, head_dim=s.dim // s.heads, grid_hw=grid_hw,
+                       dtype=dtype or torch.bfloat16, frames_per_block=s.frames_per_block)
+    return spec.policy_class.planned_bytes(spec, shape, frames)
+
+
+def longlive2_table(s: ModelShape = LONGLIVE2_5B, grid_hw: tuple = LONGLIVE2_GRID, video_lengths=VIDEO_FRAMES,
+                    prompt_tokens: int = LONGLIVE2_PROMPT_TOKENS) -> list[dict]:
+    """Per video length: each mode's modelled speedup over dense-global and over LongLive 2.0's own window, and
+    the cache bytes it allocates (bf16)."""
+    modes = longlive2_modes()
+    rows = []
+    for video in video_lengths:
+        frames = video_to_latent_frames(video)
+        flops = {name: rollout_flops(s, frames, CacheCost.of(spec, s.frames_per_block),
+                                     text_tokens=prompt_tokens + 1 if fastar.annca else None)["total"]
+                 for name, (spec, fastar) in modes.items()}
+        rows.append({
+            "video_frames": video, "latent_frames": frames,
+            "flops": {k: float(f"{v:.6g}") for k, v in flops.items()},
+            "speedup_vs_dense_global": {k: round(flops["dense-global"] / v, 3) for k, v in flops.items()},
+            "speedup_vs_longlive2_window": {k: round(flops["dense-window"] / v, 4) for k, v in flops.items()},
+            "cache_gib": {name: round(cache_bytes(s, grid_hw, spec, frames) / 2**30, 3)
+                          for name, (spec, _) in modes.items()},
+        })
+    return rows
+
+
+LONGLIVE2_CPU_FRAMES = (24, 48, 96)  # latent frames: one, two and three windows
+
+
+def longlive2_cpu_rows(scenario) -> dict:
+    shape = shape_of_scenario(scenario)
+    grid = (scenario.latent_hw[0] // 2, scenario.latent_hw[1] // 2)
+    videos = [4 * (f - 1) + 1 for f in LONGLIVE2_CPU_FRAMES]
+    return {"shape": shape.to_dict(), "grid_hw": list(grid),
+            "rows": longlive2_table(shape, grid, videos, prompt_tokens=real_prompt_tokens(scenario.context) - 1)}
+
+
 def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) -> dict:
-    from .scenarios import demo_scenario, wan_shapes_scenario
+    from .scenarios import demo_scenario, longlive2_scenario, wan_shapes_scenario
 
     out_dir = Path(out_dir)
     lengths = [video_to_latent_frames(v) for v in VIDEO_FRAMES]
@@ -222,6 +283,21 @@ def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) ->
     from .cost_parallel import parallel_report, print_parallel
 
     report["sequence_parallel"] = parallel_report(capacity_frames=capacity_frames)
+    report["longlive2"] = {
+        "shape": LONGLIVE2_5B.to_dict(), "grid_hw": list(LONGLIVE2_GRID), "window_frames": 32, "sink_frames": 8,
+        "prompt_tokens_for_annca": LONGLIVE2_PROMPT_TOKENS, "cache_dtype": "bfloat16",
+        "modes": {name: {"cache": spec.describe(), "fastar": fastar.to_dict()}
+                  for name, (spec, fastar) in longlive2_modes().items()},
+        "rows": longlive2_table(),
+        # the rollout bench's reduced shapes (--scenario longlive2-5b on a CPU), at the 96 latent frames it is run at
+        "cpu_bench": longlive2_cpu_rows(longlive2_scenario(0)),
+        "definitions": {
+            "dense-window": "LongLive 2.0's own cache: the sink and the most recent frames, 32 with the chunk",
+            "tempcache": "FAST-AR's TempCache holding as many frames' worth of groups (24), sink 8",
+            "all": f"TempCache with AnnSA (counted dense) and AnnCA's pad merge ({LONGLIVE2_PROMPT_TOKENS} real "
+                   "prompt tokens + 1 merged pad key)",
+            "cache_gib": "bytes the policy allocates for the rollout (K and V in bf16 with their positions; "
+                         "TempCache's groups with their counts and positions)"}}
     write_json(out_dir / "cost_model.json", report)
     series_speed, series_share = {}, {}
     for name, m in models.items():
@@ -238,9 +314,28 @@ def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) ->
         {"title": "self-attention share of dense-global FLOPs", "xlabel": "video frames", "ylabel": "share",
          "series": series_share},
     ], title="cost model (matmul FLOPs), Self-Forcing schedule")
+    ll2 = report["longlive2"]["rows"]
+    xs = [r["video_frames"] for r in ll2]
+    line_plots(out_dir / "cost_model_longlive2.png", [
+        {"title": "modelled speedup over dense-global", "xlabel": "video frames", "ylabel": "x",
+         "series": {m: (xs, [r["speedup_vs_dense_global"][m] for r in ll2]) for m in LONGLIVE2_MODES}},
+        {"title": "KV cache allocated (bf16)", "xlabel": "video frames", "ylabel": "GiB",
+         "series": {m: (xs, [r["cache_gib"][m] for r in ll2]) for m in LONGLIVE2_MODES}},
+    ], title="LongLive 2.0 (Wan2.2-TI2V-5B) 704x1280, blocks of 8, window 32 sink 8")
     print_cost_model(report)
+    print_longlive2(report["longlive2"])
     print_parallel(report["sequence_parallel"])
     return report
+
+
+def print_longlive2(section: dict) -> None:
+    print(f"\n{section['shape']['name']}: modelled speedup over dense-global (over LongLive 2.0's window) and "
+          "cache allocated, bf16")
+    print(f"{'video fr':>8s} {'latent fr':>9s} " + " ".join(f"{m:>26s}" for m in LONGLIVE2_MODES))
+    for r in section["rows"]:
+        cells = [f"{r['speedup_vs_dense_global'][m]:6.2f}x ({r['speedup_vs_longlive2_window'][m]:5.3f}) "
+                 f"{r['cache_gib'][m]:7.2f} GiB" for m in LONGLIVE2_MODES]
+        print(f"{r['video_frames']:8d} {r['latent_frames']:9d} " + " ".join(f"{c:>26s}" for c in cells))
 
 
 def print_cost_model(report: dict) -> None:

@@ -22,7 +22,7 @@ from ...fastar_core.sampler import RolloutConfig
 from .cost_model import mode_speedup, real_prompt_tokens, shape_of_scenario
 from .interleave import median_rows, run_in_turns
 from .report import latency_growth, line_plots, machine, mean, resident_bytes, write_json
-from .scenarios import CAPACITY_FRAMES, Scenario, bench_modes, demo_scenario, wan_shapes_scenario
+from .scenarios import SCENARIOS, Scenario, scenario_modes
 
 MEASURED_FRAMES = 48  # recall is measured on a separate, shorter run (measuring costs time)
 
@@ -99,8 +99,10 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
     mode alike); with ``repeats`` > 1 each chunk's time is the median over repeats."""
     out_dir = Path(out_dir)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    scenario = demo_scenario(seed, device) if model == "demo" else wan_shapes_scenario(seed, device)
-    all_modes = bench_modes()
+    if model not in SCENARIOS:
+        raise FastARError(f"unknown rollout scenario {model!r}; valid: {', '.join(SCENARIOS)}")
+    scenario = SCENARIOS[model](seed, device)
+    all_modes = scenario_modes(scenario)
     names = list(modes or all_modes)
     if "dense-global" not in names:
         names.insert(0, "dense-global")  # the reference every other mode is compared to
@@ -153,7 +155,8 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
     report = {
         "benchmark": "rollout", "model": scenario.name, "frames": frames, "seed": seed, "device": str(device),
         "repeats": repeats,
-        "capacity_frames": CAPACITY_FRAMES, "frames_per_block": scenario.frames_per_block,
+        "capacity_frames": scenario.capacity_frames, "sink_frames": scenario.sink_frames,
+        "frames_per_block": scenario.frames_per_block,
         "scenario": scenario.notes, "machine": machine(), "modes": per_mode,
         "definitions": {
             "speedup_vs_dense": "total chunk seconds of dense-global / this mode, same run, same seed",

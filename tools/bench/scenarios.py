@@ -1,8 +1,9 @@
-"""What a rollout benchmark runs on: the bundled demo model, or random weights at Wan-1.3B attention shapes."""
+"""What a rollout benchmark runs on: the bundled demo model, random weights at Wan-1.3B attention shapes, or random
+weights at Wan2.2-TI2V-5B shapes with LongLive 2.0's rollout (its UniPC schedule, blocks of 8, window 32, sink 8)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -25,6 +26,9 @@ class Scenario:
     context_noise: float = 0.0
     quality: bool = True  # False for random weights: quality figures would mean nothing
     notes: dict = field(default_factory=dict)
+    # The bench modes' shared sizes (bench_modes): frames cached beside the chunk, sink included, and the sink.
+    capacity_frames: int = 21
+    sink_frames: int = 3
 
 
 def demo_scenario(seed: int = 0, device="cpu") -> Scenario:
@@ -63,34 +67,81 @@ def wan_shapes_scenario(seed: int = 0, device="cpu", heads: int | None = None, l
                     notes={"config": cfg.to_dict(), "tokens_per_frame": tpf, "dtype": str(dtype)})
 
 
+# LongLive 2.0 (configs/inference.yaml): chunks of 8 latent frames, local_attn_size 32 (the chunk included), sink 8.
+LONGLIVE2_CHUNK = 8
+LONGLIVE2_WINDOW = 32
+LONGLIVE2_SINK = 8
+
+
+def longlive2_scenario(seed: int = 0, device="cpu", heads: int | None = None, layers: int | None = None,
+                       latent_hw=None) -> Scenario:
+    """Random weights at Wan2.2-TI2V-5B's shapes (48 latent channels, head_dim 128) with LongLive 2.0's rollout.
+
+    On a GPU: the 5B's 24 heads, 30 layers, ffn 14336 and 704x1280 video (44x80 latents, 880 tokens per frame). On a
+    CPU the widths shrink (2 heads, 2 layers, 20x32 latents = 160 tokens per frame) so that attention over the
+    cache still weighs as it does at full size over long videos.
+    """
+    cuda = torch.device(device).type == "cuda"
+    heads = heads or (24 if cuda else 2)
+    layers = layers or (30 if cuda else 2)
+    latent_hw = latent_hw or ((44, 80) if cuda else (20, 32))
+    cfg = WanConfig(dim=128 * heads, num_heads=heads, num_layers=layers, ffn_dim=(14336 if cuda else 4 * 128 * heads),
+                    in_dim=48, out_dim=48)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    model = random_wan(cfg, seed=seed, dtype=dtype).to(device)
+    g = torch.Generator().manual_seed(seed)
+    context = torch.zeros(1, 512, cfg.text_dim)
+    context[:, :24] = torch.randn(1, 24, cfg.text_dim, generator=g) * 0.2
+    tpf = (latent_hw[0] // 2) * (latent_hw[1] // 2)
+    return Scenario(name="longlive2-5b", model=model, context=context, latent_hw=latent_hw, channels=48,
+                    schedule="longlive2", frames_per_block=LONGLIVE2_CHUNK, quality=False,
+                    capacity_frames=LONGLIVE2_WINDOW - LONGLIVE2_CHUNK, sink_frames=LONGLIVE2_SINK,
+                    notes={"config": cfg.to_dict(), "tokens_per_frame": tpf, "dtype": str(dtype),
+                           "window_frames": LONGLIVE2_WINDOW, "sink_frames": LONGLIVE2_SINK})
+
+
+SCENARIOS = {"demo": demo_scenario, "wan-shapes": wan_shapes_scenario, "longlive2-5b": longlive2_scenario}
+
 # The benchmark's modes: (cache spec, FAST-AR config), each resolved by the engine from the same settings a user
 # would give. Capacity is shared, so dense-window and TempCache hold the same number of frames' worth of tokens.
 CAPACITY_FRAMES = 21
 SINK_FRAMES = 3
-CHUNK_FRAMES = 3  # frames per block of both bench models
+CHUNK_FRAMES = 3  # frames per block of the demo and wan-shapes models
 
 
-def window_attending(cached_frames: int) -> int:
+def window_attending(cached_frames: int, chunk_frames: int = CHUNK_FRAMES) -> int:
     """The window size (frames attended: LongLive's local_attn_size) of a window that caches ``cached_frames``,
     sink included, as a TempCache of that capacity does: the chunk attends to them and to itself."""
-    return cached_frames + CHUNK_FRAMES
+    return cached_frames + chunk_frames
 
 
-def bench_modes(preset: str = "balanced") -> dict:
+def scenario_modes(scenario: Scenario, preset: str = "balanced") -> dict:
+    """``bench_modes`` at a scenario's sizes (LongLive 2.0's: dense-window is its own window 32 with sink 8)."""
+    return bench_modes(preset, capacity=scenario.capacity_frames, sink=scenario.sink_frames,
+                       chunk=scenario.frames_per_block)
+
+
+def bench_modes(preset: str = "balanced", capacity: int = CAPACITY_FRAMES, sink: int = SINK_FRAMES,
+                chunk: int = CHUNK_FRAMES) -> dict:
     def mode(**kw):
-        s = resolve_settings(sink_frames=SINK_FRAMES, **kw)
+        s = resolve_settings(sink_frames=sink, **kw)
         return s.cache, s.fastar
 
     def temp(**attention):
-        return mode(preset=preset, tempcache_overrides={"capacity_frames": CAPACITY_FRAMES},
+        return mode(preset=preset, tempcache_overrides={"capacity_frames": capacity},
                     attention_overrides=attention)
 
     return {
         "dense-global": mode(cache_policy="global"),
-        "dense-window": mode(cache_policy="window", window_frames=window_attending(CAPACITY_FRAMES)),
+        "dense-window": mode(cache_policy="window", window_frames=window_attending(capacity, chunk)),
+        # The same window with K and V stored as int8 with a float32 scale per token and head.
+        "dense-window-int8": (replace(mode(cache_policy="window", window_frames=window_attending(capacity, chunk))[0],
+                                      kv_quant="int8"), mode(cache_policy="window")[1]),
         "tempcache": temp(annca=False, annsa=False),
+        "tempcache-int8": (replace(temp(annca=False, annsa=False)[0], kv_quant="int8"),
+                           temp(annca=False, annsa=False)[1]),
         # The quantized top-1 search (caches/matching.py) in place of the exact one.
-        "tempcache-quantized": mode(preset=preset, tempcache_overrides={"capacity_frames": CAPACITY_FRAMES,
+        "tempcache-quantized": mode(preset=preset, tempcache_overrides={"capacity_frames": capacity,
                                                                         "matcher": "quantized"},
                                     attention_overrides={"annca": False, "annsa": False}),
         "tempcache+annsa": temp(annca=False, annsa=True),
