@@ -1,7 +1,8 @@
 """The ``fastar`` command line (also ``python -m comfyui_fastar``).
 
 Subcommands: ``info`` (what a checkpoint is), ``generate`` (a long latent video from a checkpoint),
-``demo`` (the bundled model, FAST-AR against dense), ``bench`` (figures as JSON and plots), ``calibrate``
+``demo`` (the bundled model, FAST-AR against dense), ``play`` (steer the world model live in a browser),
+``bench`` (figures as JSON and plots), ``calibrate``
 (per-layer AnnSA recall), ``train-demo`` (re-train the bundled model), ``gpu-check`` (on a GPU machine: backend
 correctness and the GPU benches within a deadline).
 """
@@ -73,6 +74,15 @@ def build_parser() -> OneLineParser:
     p.add_argument("--frames", type=int, default=None, help="latent frames to generate after the rendered start "
                                                             "(default 240; at most 2400)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
+
+    p = sub.add_parser("play", help="steer the world model live in a browser page on 127.0.0.1")
+    p.add_argument("--weights", default=None, help="a steered-world demo .safetensors (fastar train-demo --world "
+                                                    "steer; default: the bundled world model)")
+    p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free port)")
+    p.add_argument("--map-seed", type=int, default=1, help="which map to explore")
+    p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
+    p.add_argument("--mode", default="fastar", choices=["fastar", "dense"], help="attention and cache at the start")
+    p.add_argument("--max-fps", type=float, default=30.0, help="frames shown per second at most (0: no limit)")
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
@@ -175,6 +185,12 @@ def _dispatch(argv: list) -> int:
         from .demo_command import run_demo
 
         return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
+    if args.command == "play":
+        command_checks.check_play(args)
+        from .play import run_play
+
+        return run_play(args.weights, port=args.port, map_seed=args.map_seed, seed=args.seed, mode=args.mode,
+                        max_fps=args.max_fps)
     if args.command == "gpu-check":
         command_checks.check_gpu_check(args)
         from .gpu_check import run_from_args

@@ -93,6 +93,14 @@ def check_demo(args) -> None:
     check_folder("--out", args.out)
 
 
+def check_play(args) -> None:
+    check_seed(args.seed)
+    check_count("--port", args.port, 0, 65535)
+    check_count("--map-seed", args.map_seed, 0, 2**31 - 1)
+    check_number("--max-fps", args.max_fps, 0, 1000)
+    check_input_file("--weights", args.weights)
+
+
 def check_bench(args) -> None:
     check_seed(args.seed)
     check_count("--frames", args.frames, 1, MAX_BENCH_FRAMES)
