@@ -70,12 +70,19 @@ def timed_rollouts(scenario: Scenario, modes: dict, frames: int, seed: int, repe
 
         def job(name, spec, fastar, repeat=repeat, done=done):
             def run(hand_on):
+                # Only the rollout holding the turn works, so the process's CPU time from taking the turn to the
+                # chunk's end is this chunk's own (torch's worker threads included); it holds still when other
+                # processes load the machine, where wall time does not.
+                cpu_start = [time.process_time()]
+
                 def on_chunk(row):
+                    row["cpu_seconds"] = time.process_time() - cpu_start[0]
                     done[0] += 1
                     if progress and sys.stdout.isatty():
                         print(f"\rrepeat {repeat + 1}/{repeats}: {done[0]}/{chunks * len(modes)} chunks of "
                               f"{len(modes)} modes in turn", end="", flush=True)
                     hand_on(row)
+                    cpu_start[0] = time.process_time()
 
                 return run_mode(scenario, spec, fastar, frames, seed, on_chunk=on_chunk)
             return run
