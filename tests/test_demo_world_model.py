@@ -89,3 +89,16 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
     card = (out / "MODEL_CARD.md").read_text()
     assert "0 of 1 seeds pass with dense-global, 0 of 1 with FAST-AR" in card and "| fastar | 1 | FAIL |" in card
     assert (out / "frames.png").stat().st_size > 0 and (out / "eval.json").is_file()
+
+    import json
+
+    from comfyui_fastar.tools.cli import main as fastar_main
+
+    demo_out = tmp_path / "demo"
+    args = ["demo", "--world", "steer", "--weights", str(out / "demo_model.safetensors"), "--frames", "6"]
+    assert fastar_main([*args, "--out", str(demo_out)]) == 0
+    stats = json.loads((demo_out / "stats.json").read_text())
+    assert set(stats["modes"]) == {"dense", "fastar"} and stats["speedup"]["cpu_total"] > 0
+    assert stats["modes"]["fastar"]["evaluation"]["frames"] == 6
+    assert (demo_out / "world.gif").stat().st_size > 0 and (demo_out / "world.png").stat().st_size > 0
+    assert fastar_main(["demo", "--weights", str(out / "demo_model.safetensors"), "--out", str(demo_out)]) != 0

@@ -74,6 +74,12 @@ def build_parser() -> OneLineParser:
     p.add_argument("--frames", type=int, default=None, help="latent frames to generate after the rendered start "
                                                             "(default 240; at most 2400)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
+    p.add_argument("--world", default="sprites", choices=["sprites", "steer"],
+                   help="sprites: the bundled text-to-video demo; steer: the keyboard-steered world model along "
+                        "an out-around-and-back path")
+    p.add_argument("--weights", default=None, help="--world steer: a steered-world .safetensors (default: the "
+                                                    "bundled world model)")
+    p.add_argument("--map-seed", type=int, default=1, help="--world steer: which map")
 
     p = sub.add_parser("play", help="steer the world model live in a browser page on 127.0.0.1")
     p.add_argument("--weights", default=None, help="a steered-world demo .safetensors (fastar train-demo --world "
@@ -182,6 +188,12 @@ def _dispatch(argv: list) -> int:
         return run_generate(args)
     if args.command == "demo":
         command_checks.check_demo(args)
+        if args.world == "steer":
+            from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
+            from .demo_world_command import run_world_demo
+
+            return run_world_demo(Path(args.out), args.weights or WEIGHTS_DIR / WORLD_WEIGHTS_FILE,
+                                  frames=args.frames or 240, seed=args.seed, map_seed=args.map_seed)
         from .demo_command import run_demo
 
         return run_demo(Path(args.out), frames=args.frames, seed=args.seed)

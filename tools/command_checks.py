@@ -91,6 +91,11 @@ def check_demo(args) -> None:
                     "the default is 240")
         check_fits(demo_bytes(args.frames), "cpu", f"--frames {args.frames}", "use fewer --frames")
     check_folder("--out", args.out)
+    if getattr(args, "world", "sprites") == "steer":
+        check_input_file("--weights", args.weights)
+        check_count("--map-seed", args.map_seed, 0, 2**31 - 1)
+    elif getattr(args, "weights", None) is not None:
+        raise FastARError("--weights is for --world steer; the sprite demo runs the bundled weights")
 
 
 def check_play(args) -> None:

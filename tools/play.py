@@ -267,9 +267,9 @@ def run_play(weights=None, port: int = 8765, map_seed: int = 1, seed: int = 0, m
              max_fps: float = 30.0) -> int:
     from ..fastar_core.errors import FastARError
     from .demo.model import load_demo_model
-    from .demo.settings import WEIGHTS_DIR
+    from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 
-    path = Path(weights) if weights else WEIGHTS_DIR / "world_model.safetensors"
+    path = Path(weights) if weights else WEIGHTS_DIR / WORLD_WEIGHTS_FILE
     demo = load_demo_model(path)
     if not demo.is_world:
         raise FastARError(f"{path}: not a steered-world model; train one with `fastar train-demo --world steer`")

@@ -25,6 +25,12 @@ class Scenario:
     context_noise: float = 0.0
     quality: bool = True  # False for random weights: quality figures would mean nothing
     notes: dict = field(default_factory=dict)
+    make_runner: object = None  # () -> a CausalRunner of the model (a conditioned one); None: a plain runner
+
+    def runner(self):
+        from ...fastar_core.runner import CausalRunner
+
+        return self.make_runner() if self.make_runner is not None else CausalRunner(self.model)
 
 
 def demo_scenario(seed: int = 0, device="cpu") -> Scenario:
