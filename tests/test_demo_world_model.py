@@ -102,3 +102,13 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
     assert stats["modes"]["fastar"]["evaluation"]["frames"] == 6
     assert (demo_out / "world.gif").stat().st_size > 0 and (demo_out / "world.png").stat().st_size > 0
     assert fastar_main(["demo", "--weights", str(out / "demo_model.safetensors"), "--out", str(demo_out)]) != 0
+
+    # The revisit figures of `fastar bench pareto --model world`: every point scores the returning views.
+    pareto_out = tmp_path / "pareto"
+    assert fastar_main(["bench", "pareto", "--model", "world", "--weights", str(out / "demo_model.safetensors"),
+                        "--frames", "30", "--capacities", "9", "--thresholds", "0.9", "--out", str(pareto_out)]) == 0
+    points = json.loads((pareto_out / "pareto.json").read_text())["points"]
+    assert set(points) == {"dense-global", "dense-window@9", "tempcache-0.9@9"}
+    for row in points.values():
+        assert row["revisit"]["views"] > 0 and row["revisit"]["psnr_vs_own_earlier_db"] > 0
+    assert fastar_main(["bench", "rollout", "--model", "world", "--out", str(pareto_out)]) != 0

@@ -96,7 +96,10 @@ def build_parser() -> OneLineParser:
                    help="which benchmark (kernels and gpu-rollout need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
-    p.add_argument("--model", default="demo", choices=["demo", "wan-shapes"], help="rollout model")
+    p.add_argument("--model", default="demo", choices=["demo", "wan-shapes", "world"],
+                   help="rollout model (world: the steered world model on a revisiting path, pareto only)")
+    p.add_argument("--weights", default=None, help="--model world: a steered-world .safetensors (default: the "
+                                                    "bundled world model)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,

@@ -141,6 +141,17 @@ def check_bench(args) -> None:
         unknown = [n for n in args.variants.split(",") if n not in VARIANTS]
         if unknown:
             raise FastARError(f"--variants: unknown variants {unknown}; valid: {', '.join(VARIANTS)}")
+    if args.model == "world":
+        if args.what != "pareto":
+            raise FastARError(f"--model world is for `fastar bench pareto` (its revisit figures), not {args.what}")
+        check_input_file("--weights", args.weights)
+        from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
+
+        if args.weights is None and not (WEIGHTS_DIR / WORLD_WEIGHTS_FILE).is_file():
+            raise FastARError("--model world: no bundled world model; pass --weights <a fastar train-demo --world "
+                              "steer .safetensors>")
+    elif args.weights is not None:
+        raise FastARError("--weights is for --model world")
     check_folder("--out", args.out)
 
 

@@ -98,3 +98,30 @@ def _plot(path, stats, videos, fpb) -> None:
          "series": {n: (frames, per_frame_psnr(videos[n][fpb:], videos["true"][fpb:])) for n in stats["modes"]}},
     ]
     line_plots(path, panels, title="steered world: dense against FAST-AR, same keys, same seed")
+
+
+REVISIT_AWAY = 12  # patches: the path returns to each place after 2 * 12 + 2 = 26 frames, past the smaller windows
+
+
+def revisit_scenario(weights, frames: int, device="cpu", map_seed: int = 1) -> Scenario:
+    """The world model on ``revisit_path``: out of view and back, again and again. ``notes["revisit"]`` scores a
+    rollout's latent (start chunk included) on the frames that return to a place seen before."""
+    from .demo.model import load_demo_model
+    from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
+    from .demo.steer_world import make_map, render_track, revisit_path, track_from_actions
+    from .demo.world_eval import revisit_scores
+
+    demo = load_demo_model(weights or WEIGHTS_DIR / WORLD_WEIGHTS_FILE, device=device)
+    fpb = demo.frames_per_block
+    track = track_from_actions(revisit_path(frames + fpb - 1, REVISIT_AWAY), start=(2, 2))
+    truth = render_track(make_map(map_seed), track)
+    scenario = world_scenario(demo, track, truth)
+    scenario.name = "world-revisit"
+
+    def revisit(latent):
+        video = latent[0].permute(1, 0, 2, 3).float().cpu()
+        return revisit_scores(video, truth, track, fpb, min_gap=2 * REVISIT_AWAY + 2)
+
+    scenario.notes = {"path": f"right {REVISIT_AWAY} patches, down 1, left {REVISIT_AWAY}, up 1, repeated",
+                      "map_seed": map_seed, "revisit": revisit}
+    return scenario
