@@ -86,9 +86,9 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
 
     result = write_world_report(out, seeds=(1,), frames=9, log=lambda m: None)
     assert result == {"passes": {"dense-global": 0, "fastar": 0}, "seeds": 1}
-    card = (out / "MODEL_CARD.md").read_text()
+    card = (out / "WORLD_MODEL_CARD.md").read_text()
     assert "0 of 1 seeds pass with dense-global, 0 of 1 with FAST-AR" in card and "| fastar | 1 | FAIL |" in card
-    assert (out / "frames.png").stat().st_size > 0 and (out / "eval.json").is_file()
+    assert (out / "world_frames.png").stat().st_size > 0 and (out / "world_eval.json").is_file()
 
     import json
 

@@ -1,9 +1,11 @@
-"""After a steered-world run: the bar over scripted paths and MODEL_CARD.md with its figures.
+"""After a steered-world run: the bar over scripted paths and WORLD_MODEL_CARD.md with its figures.
 
 The bar: on each of ``WORLD_SEEDS`` (a map and a start per seed) the true first chunk is continued along the
 scripted out-around-and-back path for ``WORLD_FRAMES`` frames, with the dense global cache and with the default
 FAST-AR mode of the demo (``bench_modes()["all"]``), each judged by ``world_eval.evaluate_world``. Files next to
-the weights: ``eval.json``, ``frames.png`` (true against generated views), ``loss.png`` and the card.
+the weights, named so that they sit beside the sprite demo's in the bundled weights folder:
+``world_eval.json``, ``world_frames.png`` (true against generated views), ``world_loss.png`` and
+``WORLD_MODEL_CARD.md``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from .world_eval import BAR, evaluate_world, world_rollout
 
 WORLD_SEEDS = (1, 2, 3, 4, 5, 6)
 WORLD_FRAMES = 240
-SHEET_FRAMES = (3, 6, 12, 24, 48, 96, 160, 240)  # frames shown in frames.png
+SHEET_FRAMES = (3, 6, 12, 24, 48, 96, 160, 240)  # frames shown in world_frames.png
 
 
 def bar_modes() -> dict:
@@ -102,12 +104,12 @@ def write_world_report(out_dir, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, n
     meta = demo.metadata
     evaluation = {"frames": frames, "seeds": list(seeds), "bar": BAR, "passes": passes,
                   "cases": [{k: v for k, v in c.items() if k not in ("frames", "truth")} for c in cases]}
-    (out_dir / "eval.json").write_text(strict_json(evaluation, indent=1))
-    plot_frame_sheet(cases, out_dir / "frames.png")
+    (out_dir / "world_eval.json").write_text(strict_json(evaluation, indent=1))
+    plot_frame_sheet(cases, out_dir / "world_frames.png")
     loss_file = out_dir / "loss.json"
     losses = json.loads(loss_file.read_text())["losses"] if loss_file.is_file() else []
     if losses:
-        plot_loss(losses, out_dir / "loss.png")
+        plot_loss(losses, out_dir / "world_loss.png")
     training = meta["training"]
     recipe = training["recipe"]
     verdict = (f"**{passes['dense-global']} of {len(seeds)} seeds pass with dense-global, {passes['fastar']} of "
@@ -124,6 +126,24 @@ chunk's reference frame and the camera's map position (`tools/demo/actions.py`),
 
 {notes}
 
+## World (what the model must learn, and why it was made so)
+A camera over a 96 x 96 map that wraps at its edges (any path can come back), seen through 24 x 24 views; keys
+up, down, left, right or none move it by one 4-pixel patch per frame, so the part of a view carried over is an
+exact copy of the previous frame's tokens, moved by one token. The ground is smooth, low-contrast and periodic;
+16-24 landmarks (six shapes, eight saturated colours, each pair at most once per map, at least 9 pixels apart)
+make a wrong shift visible. Each frame's camera position is given with its key, so a place seen before could be
+recalled from memory instead of re-invented.
+
+## Conditioning
+Per frame, one embedding of (the key, the shift in patches since the last frame of the chunk before, the map
+position as sines and cosines of the wrapping coordinates) is added to the frame's timestep embedding: it steers
+every block through the per-frame adaLN modulation and the head (`ActionRunner`, `tools/demo/actions.py`). The
+shift since the chunk's reference frame tells the second and third frame of a chunk their total offset, which
+the 0-of-6 feasibility attempt before this one lacked. This is simpler than Matrix-Game 2.0's keyboard module
+(a per-frame attention layer in each block): that path was being built on another branch and had not landed
+when this model was trained, so the Wan blocks here are unchanged and the engine's sampler, caches and FAST-AR
+run the model as any other.
+
 ## Recipe
 The sprite demo's recipe with the world's clips: {recipe['clip_frames']}-frame clips (a random map, start and key
 sequence each), batch {recipe['batch']}, AdamW lr {recipe['lr']}, {recipe['warmup_steps']} warm-up steps then
@@ -135,7 +155,7 @@ cosine decay over {recipe['steps']} steps or the wall-time budget, context corru
 {training['steps']} steps in {training['wall_seconds'] / 60:.1f} min on a shared 2-core CPU; final loss (mean of
 the last 50 steps) {training['final_loss']}.
 
-![loss](loss.png)
+![loss](world_loss.png)
 
 ## Evaluation: {frames}-frame rollouts along the scripted path
 Out, around and back: a square loop of 8 patches a side with 2-frame pauses at the corners, repeated; each seed
@@ -146,7 +166,7 @@ at >= {BAR['carried_psnr_db']} dB pooled; colour spread and high-frequency energ
 
 {_table(cases)}
 
-![frames](frames.png)
+![frames](world_frames.png)
 """
-    (out_dir / "MODEL_CARD.md").write_text(card)
+    (out_dir / "WORLD_MODEL_CARD.md").write_text(card)
     return {"passes": passes, "seeds": len(seeds)}
