@@ -38,7 +38,7 @@ const STEP = 4;
       }
       return null;
     }, expected);
-    await page.waitForTimeout(600);
+    await page.waitForTimeout(200);
     await page.keyboard.up(key);
     await settle();
     const after = await page.evaluate(() => window.fastarPlay.last);
