@@ -1,7 +1,8 @@
 """The ``fastar`` command line (also ``python -m comfyui_fastar``).
 
 Subcommands: ``info`` (what a checkpoint is), ``generate`` (a long latent video from a checkpoint),
-``demo`` (the bundled model, FAST-AR against dense), ``bench`` (figures as JSON and plots), ``calibrate``
+``demo`` (the bundled model, FAST-AR against dense), ``play`` (steer the world model live in a browser),
+``bench`` (figures as JSON and plots), ``calibrate``
 (per-layer AnnSA recall), ``train-demo`` (re-train the bundled model), ``gpu-check`` (on a GPU machine: backend
 correctness and the GPU benches within a deadline).
 """
@@ -76,6 +77,21 @@ def build_parser() -> OneLineParser:
     p.add_argument("--frames", type=int, default=None, help="latent frames to generate after the rendered start "
                                                             "(default 240; at most 2400)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
+    p.add_argument("--world", default="sprites", choices=["sprites", "steer"],
+                   help="sprites: the bundled text-to-video demo; steer: the keyboard-steered world model along "
+                        "an out-around-and-back path")
+    p.add_argument("--weights", default=None, help="--world steer: a steered-world .safetensors (default: the "
+                                                    "bundled world model)")
+    p.add_argument("--map-seed", type=int, default=1, help="--world steer: which map")
+
+    p = sub.add_parser("play", help="steer the world model live in a browser page on 127.0.0.1")
+    p.add_argument("--weights", default=None, help="a steered-world demo .safetensors (fastar train-demo --world "
+                                                    "steer; default: the bundled world model)")
+    p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free port)")
+    p.add_argument("--map-seed", type=int, default=1, help="which map to explore")
+    p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
+    p.add_argument("--mode", default="fastar", choices=["fastar", "dense"], help="attention and cache at the start")
+    p.add_argument("--max-fps", type=float, default=30.0, help="frames shown per second at most (0: no limit)")
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
@@ -84,9 +100,12 @@ def build_parser() -> OneLineParser:
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
     p.add_argument("--model", "--scenario", dest="model", default="demo",
-                   choices=["demo", "wan-shapes", "longlive2-5b"],
+                   choices=["demo", "wan-shapes", "longlive2-5b", "world"],
                    help="rollout model: the demo, random weights at Wan2.1-1.3B shapes, or at Wan2.2-TI2V-5B shapes "
-                        "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only)")
+                        "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only), or the "
+                        "steered world model on a revisiting path (pareto only)")
+    p.add_argument("--weights", default=None, help="--model world: a steered-world .safetensors (default: the "
+                                                    "bundled world model)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
@@ -226,9 +245,21 @@ def _dispatch(argv: list) -> int:
         return run_generate(args)
     if args.command == "demo":
         command_checks.check_demo(args)
+        if args.world == "steer":
+            from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
+            from .demo_world_command import run_world_demo
+
+            return run_world_demo(Path(args.out), args.weights or WEIGHTS_DIR / WORLD_WEIGHTS_FILE,
+                                  frames=args.frames or 240, seed=args.seed, map_seed=args.map_seed)
         from .demo_command import run_demo
 
         return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
+    if args.command == "play":
+        command_checks.check_play(args)
+        from .play import run_play
+
+        return run_play(args.weights, port=args.port, map_seed=args.map_seed, seed=args.seed, mode=args.mode,
+                        max_fps=args.max_fps)
     if args.command == "gpu-check":
         command_checks.check_gpu_check(args)
         from .gpu_check import run_from_args

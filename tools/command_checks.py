@@ -91,6 +91,19 @@ def check_demo(args) -> None:
                     "the default is 240")
         check_fits(demo_bytes(args.frames), "cpu", f"--frames {args.frames}", "use fewer --frames")
     check_folder("--out", args.out)
+    if getattr(args, "world", "sprites") == "steer":
+        check_input_file("--weights", args.weights)
+        check_count("--map-seed", args.map_seed, 0, 2**31 - 1)
+    elif getattr(args, "weights", None) is not None:
+        raise FastARError("--weights is for --world steer; the sprite demo runs the bundled weights")
+
+
+def check_play(args) -> None:
+    check_seed(args.seed)
+    check_count("--port", args.port, 0, 65535)
+    check_count("--map-seed", args.map_seed, 0, 2**31 - 1)
+    check_number("--max-fps", args.max_fps, 0, 1000)
+    check_input_file("--weights", args.weights)
 
 
 def check_bench(args) -> None:
@@ -131,6 +144,17 @@ def check_bench(args) -> None:
         unknown = [n for n in args.variants.split(",") if n not in VARIANTS]
         if unknown:
             raise FastARError(f"--variants: unknown variants {unknown}; valid: {', '.join(VARIANTS)}")
+    if args.model == "world":
+        if args.what != "pareto":
+            raise FastARError(f"--model world is for `fastar bench pareto` (its revisit figures), not {args.what}")
+        check_input_file("--weights", args.weights)
+        from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
+
+        if args.weights is None and not (WEIGHTS_DIR / WORLD_WEIGHTS_FILE).is_file():
+            raise FastARError("--model world: no bundled world model; pass --weights <a fastar train-demo --world "
+                              "steer .safetensors>")
+    elif args.weights is not None:
+        raise FastARError("--weights is for --model world")
     check_folder("--out", args.out)
 
 

@@ -20,6 +20,7 @@ from .bench.scenarios import bench_modes, demo_scenario
 
 DEFAULT_FRAMES = 240
 UPSCALE = 4  # 24x24 demo frames are shown at 96x96
+PSNR_CAP_DB = 60.0  # frames identical to dense score ~140 dB (float noise); the plot caps them so the rest shows
 
 
 def to_uint8_frames(latent: torch.Tensor, upscale: int = UPSCALE) -> torch.Tensor:
@@ -51,7 +52,8 @@ def run_demo(out: Path, frames: int | None = None, seed: int = 0) -> int:
     start = scenario.initial_latents.shape[2]
     dense_latent = results["dense"].latent
     stats = {"frames": frames, "seed": seed, "prompt": scenario.notes["prompt"], "modes": {},
-             "timing": "modes run chunk by chunk in turn (the order rotating every round); seconds exclude the wait"}
+             "timing": "modes run chunk by chunk in turn (the order rotating every round); seconds (wall) and "
+                       "cpu_seconds (the process's CPU time while the mode held the turn) exclude the wait"}
     for name, m in per_mode.items():
         rows = m["chunks"]
         save_gif(to_uint8_frames(results[name].latent), out / f"{name}.gif")
@@ -59,41 +61,51 @@ def run_demo(out: Path, frames: int | None = None, seed: int = 0) -> int:
         stats["modes"][name] = {
             "fastar": m["fastar"], "chunks": rows, "quality": quality.to_dict(),
             "summary": {"seconds_total": round(sum(r["seconds"] for r in rows), 3),
+                        "cpu_seconds_total": round(sum(r["cpu_seconds"] for r in rows), 3),
                         "seconds_last10_mean": round(mean([r["seconds"] for r in rows[-10:]]), 4),
                         "cache_bytes_max": max(r["cache_bytes"] for r in rows),
                         "psnr_vs_dense_db": quality.to_dict(curves=False)["psnr_db"],
                         "ssim_vs_dense": round(quality.ssim, 4)},
         }
     d, f = stats["modes"]["dense"]["summary"], stats["modes"]["fastar"]["summary"]
-    ratios = [a["seconds"] / b["seconds"] for a, b in zip(per_mode["dense"]["chunks"], per_mode["fastar"]["chunks"])]
-    stats["speedup"] = {"total": round(d["seconds_total"] / f["seconds_total"], 3),
-                        "median_chunk_ratio_last10": round(statistics.median(ratios[-10:]), 3)}
+    ratios = [a["cpu_seconds"] / b["cpu_seconds"]
+              for a, b in zip(per_mode["dense"]["chunks"], per_mode["fastar"]["chunks"])]
+    # CPU time is the headline: other processes stretch wall time (and the wall ratio with it), not CPU time.
+    stats["speedup"] = {"cpu_total": round(d["cpu_seconds_total"] / f["cpu_seconds_total"], 3),
+                        "wall_total": round(d["seconds_total"] / f["seconds_total"], 3),
+                        "median_chunk_cpu_ratio_last10": round(statistics.median(ratios[-10:]), 3)}
     side = torch.cat([to_uint8_frames(results["dense"].latent), to_uint8_frames(results["fastar"].latent)], dim=2)
     save_gif(side, out / "compare.gif")
     write_json(out / "stats.json", stats)
     line_plots(out / "demo.png", [
-        {"title": "seconds per chunk", "xlabel": "latent frame", "ylabel": "s",
+        {"title": "CPU seconds per chunk (holds still under load)", "xlabel": "latent frame", "ylabel": "CPU s",
+         "series": {n: ([r["frame_start"] for r in m["chunks"]], [r["cpu_seconds"] for r in m["chunks"]])
+                    for n, m in stats["modes"].items()}},
+        {"title": "wall seconds per chunk", "xlabel": "latent frame", "ylabel": "s",
          "series": {n: ([r["frame_start"] for r in m["chunks"]], [r["seconds"] for r in m["chunks"]])
                     for n, m in stats["modes"].items()}},
         {"title": "KV cache", "xlabel": "latent frame", "ylabel": "MiB",
          "series": {n: ([r["frame_start"] for r in m["chunks"]], [r["cache_bytes"] / 2**20 for r in m["chunks"]])
                     for n, m in stats["modes"].items()}},
-        {"title": "per-frame PSNR of FAST-AR vs dense", "xlabel": "latent frame", "ylabel": "dB",
+        {"title": f"FAST-AR vs dense, PSNR per frame ({PSNR_CAP_DB:.0f} = identical)",
+         "xlabel": "latent frame", "ylabel": "dB",
          "series": {"fastar": (list(range(start, start + frames)),
-                               [p if p is not None else float("nan")
+                               [PSNR_CAP_DB if p is None else min(p, PSNR_CAP_DB)
                                 for p in stats["modes"]["fastar"]["quality"]["per_frame_psnr_db"]])}},
     ], title="fastar demo: FAST-AR against dense, same seed")
 
-    print(f"\n{'mode':8s} {'total s':>8s} {'s/chunk (last 10)':>18s} {'cache MiB':>10s} {'PSNR dB':>8s} {'SSIM':>6s}")
+    print(f"\n{'mode':8s} {'CPU s':>8s} {'wall s':>8s} {'s/chunk (last 10)':>18s} {'cache MiB':>10s} "
+          f"{'PSNR dB':>8s} {'SSIM':>6s}")
     for name, s in (("dense", d), ("fastar", f)):
         psnr = "ref." if name == "dense" else _db(s["psnr_vs_dense_db"])
         ssim = "ref." if name == "dense" else f"{s['ssim_vs_dense']:.3f}"
-        print(f"{name:8s} {s['seconds_total']:8.2f} {s['seconds_last10_mean']:18.4f} "
+        print(f"{name:8s} {s['cpu_seconds_total']:8.2f} {s['seconds_total']:8.2f} {s['seconds_last10_mean']:18.4f} "
               f"{s['cache_bytes_max'] / 2**20:10.2f} {psnr:>8s} {ssim:>6s}")
     print(f"PSNR pooled over the {frames} generated frames, SSIM their mean, both against dense")
-    print(f"speedup {stats['speedup']['total']:.2f}x (median chunk ratio over the last 10 chunks "
-          f"{stats['speedup']['median_chunk_ratio_last10']:.2f}x); wrote {out}/fastar.gif, dense.gif, compare.gif, "
-          "stats.json, demo.png")
+    sp = stats["speedup"]
+    print(f"speedup {sp['cpu_total']:.2f}x by CPU time (each mode's own, which other load does not stretch; "
+          f"median chunk ratio over the last 10 chunks {sp['median_chunk_cpu_ratio_last10']:.2f}x); by wall time "
+          f"{sp['wall_total']:.2f}x; wrote {out}/fastar.gif, dense.gif, compare.gif, stats.json, demo.png")
     return 0
 
 

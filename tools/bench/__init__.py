@@ -33,7 +33,8 @@ def run_bench(args) -> int:
             print(f"fastar: error: unknown variants {unknown}; valid: {', '.join(VARIANTS)}", file=sys.stderr)
             return 2
         run_pareto_bench(out, frames=args.frames, model=args.model, capacities=capacities, thresholds=thresholds,
-                         variants={n: VARIANTS[n] for n in names}, seed=args.seed, repeats=args.repeats or 1)
+                         variants={n: VARIANTS[n] for n in names}, seed=args.seed, repeats=args.repeats or 1,
+                         weights=args.weights)
     elif args.what == "matcher":
         from .matcher import run_matcher_bench
 

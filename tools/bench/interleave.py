@@ -5,7 +5,7 @@ to the next rollout, and the order rotates by one every round (a round is one ch
 running). A burst of load from other processes therefore falls on neighbouring chunks of every mode alike. The
 sampler's per-chunk seconds start after the turn is taken and stop before it is handed on, so they never include
 the wait, and ratios of them mean what they say. With ``repeats`` > 1 the whole set runs again and each chunk's
-time is the median over repeats.
+time is the median over repeats (and so is its CPU time, where the rows carry one).
 """
 
 from __future__ import annotations
@@ -87,4 +87,6 @@ def median_rows(runs: list[list[dict]]) -> list[dict]:
         each = [run[i]["seconds"] for run in runs]
         row["seconds_each_round"] = [round(s, 5) for s in each]
         row["seconds"] = statistics.median(each)
+        if all("cpu_seconds" in run[i] for run in runs):
+            row["cpu_seconds"] = statistics.median(run[i]["cpu_seconds"] for run in runs)
     return rows

@@ -17,7 +17,6 @@ import torch
 from ...fastar_core.engine import build_sampler
 from ...fastar_core.errors import FastARError
 from ...fastar_core.fastar.metrics import video_quality
-from ...fastar_core.runner import CausalRunner
 from ...fastar_core.sampler import RolloutConfig
 from .cost_model import mode_speedup, real_prompt_tokens, shape_of_scenario
 from .interleave import median_rows, run_in_turns
@@ -29,7 +28,7 @@ MEASURED_FRAMES = 48  # recall is measured on a separate, shorter run (measuring
 
 def run_mode(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: bool = False, on_chunk=None):
     """One rollout of ``scenario`` with cache ``spec`` and attention ``fastar``; rows are per-chunk figures."""
-    runner = CausalRunner(scenario.model)
+    runner = scenario.runner()
     sampler = build_sampler(runner, fastar, measure=measure, rope_max_distance=scenario.rope_max_distance)
     cfg = RolloutConfig(num_frames=frames, latent_height=scenario.latent_hw[0], latent_width=scenario.latent_hw[1],
                         frames_per_block=scenario.frames_per_block, schedule=scenario.schedule, seed=seed, cache=spec,
@@ -70,12 +69,19 @@ def timed_rollouts(scenario: Scenario, modes: dict, frames: int, seed: int, repe
 
         def job(name, spec, fastar, repeat=repeat, done=done):
             def run(hand_on):
+                # Only the rollout holding the turn works, so the process's CPU time from taking the turn to the
+                # chunk's end is this chunk's own (torch's worker threads included); it holds still when other
+                # processes load the machine, where wall time does not.
+                cpu_start = [time.process_time()]
+
                 def on_chunk(row):
+                    row["cpu_seconds"] = time.process_time() - cpu_start[0]
                     done[0] += 1
                     if progress and sys.stdout.isatty():
                         print(f"\rrepeat {repeat + 1}/{repeats}: {done[0]}/{chunks * len(modes)} chunks of "
                               f"{len(modes)} modes in turn", end="", flush=True)
                     hand_on(row)
+                    cpu_start[0] = time.process_time()
 
                 return run_mode(scenario, spec, fastar, frames, seed, on_chunk=on_chunk)
             return run

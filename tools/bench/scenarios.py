@@ -29,6 +29,12 @@ class Scenario:
     # The bench modes' shared sizes (bench_modes): frames cached beside the chunk, sink included, and the sink.
     capacity_frames: int = 21
     sink_frames: int = 3
+    make_runner: object = None  # () -> a CausalRunner of the model (a conditioned one); None: a plain runner
+
+    def runner(self):
+        from ...fastar_core.runner import CausalRunner
+
+        return self.make_runner() if self.make_runner is not None else CausalRunner(self.model)
 
 
 def demo_scenario(seed: int = 0, device="cpu") -> Scenario:

@@ -51,6 +51,11 @@ class DemoModel:
     context_noise: float
     trained_span_frames: int
     metadata: dict = field(default_factory=dict)
+    action_encoder: object = None  # actions.ActionEncoder for a steered-world model, else None
+
+    @property
+    def is_world(self) -> bool:
+        return self.action_encoder is not None
 
     @property
     def device(self) -> torch.device:
@@ -88,6 +93,17 @@ class DemoModel:
             context_noise=self.context_noise, channels=self.channels,
         )
 
+    def world_runner(self, tracks: list, attention=None) -> CausalRunner:
+        """The runner of a steered-world model, conditioned on ``tracks`` (one ``Track`` per batch item)."""
+        from .actions import ActionRunner
+
+        if not self.is_world:
+            raise FastARError("this demo model is not a steered-world model (its file has no action encoder)")
+        return ActionRunner(self.model, self.action_encoder, tracks, attention=attention or self.attention())
+
+    def world_prompt(self) -> torch.Tensor:
+        return self.encode_prompt(self.metadata["world"]["prompt"])
+
     def generate(self, start: StartChunk, num_frames: int, cache: CacheSpec | None = None, seed: int = 0,
                  attention=None, **kw) -> RolloutResult:
         """Continue ``start`` by ``num_frames`` latent frames with the engine's sampler (dense by default)."""
@@ -109,12 +125,28 @@ def load_demo_model(path=None, device="cpu") -> DemoModel:
     encoder = TextEncoder(len(tokenizer.vocabulary), model.config.text_dim, meta["text_len"])
     encoder.load_state_dict({k: v.float() for k, v in read_text_encoder_state(path).items()})
     encoder = encoder.to(device).eval().requires_grad_(False)
+    action_encoder = _load_action_encoder(path, meta, model.config.dim, device) if "world" in meta else None
     return DemoModel(
         model=model, text_encoder=encoder, tokenizer=tokenizer, frame_size=tuple(meta["frame_size"]),
         channels=meta["channels"], frames_per_block=meta["frames_per_block"],
         schedule=custom_schedule(meta["schedule"]), rope_max_distance=meta["rope_max_distance"],
         context_noise=meta.get("context_noise", 0.0), trained_span_frames=meta["trained_span_frames"], metadata=meta,
+        action_encoder=action_encoder,
     )
+
+
+def _load_action_encoder(path, meta: dict, dim: int, device):
+    from .actions import STATE_PREFIX, ActionEncoder
+    from .steer_world import STEP
+
+    world = meta["world"]
+    encoder = ActionEncoder(dim, world["map_size"] // STEP, meta["frames_per_block"])
+    state = {k: v.float() for k, v in read_text_encoder_state(path, STATE_PREFIX).items()}
+    try:
+        encoder.load_state_dict(state)
+    except RuntimeError as e:
+        raise FastARError(f"{path}: its action encoder does not fit ({str(e).splitlines()[0][:200]})") from None
+    return encoder.to(device).eval().requires_grad_(False)
 
 
 def latents_to_uint8(latent: torch.Tensor) -> np.ndarray:

@@ -14,6 +14,7 @@ from .world import CHANNELS, FRAME_SIZE
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 WEIGHTS_FILE = "demo_model.safetensors"
+WORLD_WEIGHTS_FILE = "world_model.safetensors"  # the steered-world model (``fastar play``, ``demo --world steer``)
 MODEL_PREFIX = "model.diffusion_model."  # ComfyUI's bundle layout, so the engine's loader reads the file as is
 
 MODEL_CONFIG = WanConfig(

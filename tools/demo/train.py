@@ -44,6 +44,7 @@ from .weights_io import save_demo_weights
 from .world import CHANNELS
 
 STATE_FILE = "train_state.pt"
+WORLDS = ("sprites", "steer")
 STATE_KEYS = ("model", "text_encoder", "ema_model", "ema_text", "optimizer", "step", "elapsed", "losses", "seed",
               "recipe")
 
@@ -192,12 +193,17 @@ class Trainer:
                          "total_wall_seconds": round(self.elapsed + sum(p["wall_seconds"] for p in self.phases), 1)},
         }
 
+    def extra_weights(self) -> dict:
+        """Modules saved beside the video model and the text encoder: key prefix -> module (EMA weights)."""
+        return {}
+
     def smoothed_loss(self, window: int = 50) -> float:
         tail = self.losses[-window:]
         return sum(tail) / len(tail) if tail else float("nan")
 
     def checkpoint(self) -> None:
-        save_demo_weights(self.ema_model, self.ema_text, self.out_dir / WEIGHTS_FILE, self.demo_metadata())
+        save_demo_weights(self.ema_model, self.ema_text, self.out_dir / WEIGHTS_FILE, self.demo_metadata(),
+                          extra=self.extra_weights())
         tmp = self.out_dir / (STATE_FILE + ".tmp")
         torch.save(self.state_dict(), tmp)
         tmp.replace(self.out_dir / STATE_FILE)
@@ -302,18 +308,27 @@ class Trainer:
 def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, seed: int = 0,
                threads: int | None = 2, resume: bool = True, checkpoint_minutes: float = 10.0,
                report: bool = True, batch: int | None = None, init_from=None, log=_print_now,
-               recipe_overrides: dict | None = None) -> dict:
+               recipe_overrides: dict | None = None, world: str = "sprites") -> dict:
     """Train (or resume) the demo model into ``out_dir``; returns a summary dict.
 
     ``steps`` fixes the run (and its LR schedule); ``minutes`` caps the wall time (total over resumes).
     With ``report`` the finished weights are evaluated and MODEL_CARD.md, loss.png, samples.png written.
     ``init_from``: another run's ``train_state.pt`` to continue from as a new phase, or a demo weights file
     (``.safetensors``) to start from with a fresh optimizer (ignored when resuming).
+    ``world``: ``sprites`` (the bundled text-to-video demo) or ``steer`` (the keyboard-steered world model,
+    ``world_train.py``).
     """
     if threads:
         torch.set_num_threads(threads)
     out_dir = Path(out_dir)
-    recipe = TrainRecipe(**(recipe_overrides or {}))
+    if world not in WORLDS:
+        raise ValueError(f"unknown world {world!r}; expected one of {', '.join(WORLDS)}")
+    if world == "steer":
+        from .world_train import world_recipe
+
+        recipe = world_recipe(**(recipe_overrides or {}))
+    else:
+        recipe = TrainRecipe(**(recipe_overrides or {}))
     if steps is not None:
         recipe = TrainRecipe(**{**asdict(recipe), "steps": int(steps)})
     if batch is not None:
@@ -323,7 +338,12 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
     # What the run starts from is read (and refused) before any model is built.
     state = read_training_state(state_path if resuming else init_from) \
         if resuming or (init_from is not None and not str(init_from).endswith(".safetensors")) else None
-    trainer = Trainer(out_dir, recipe, seed, log)
+    if world == "steer":
+        from .world_train import WorldTrainer
+
+        trainer: Trainer = WorldTrainer(out_dir, recipe, seed, log)
+    else:
+        trainer = Trainer(out_dir, recipe, seed, log)
     if resuming:
         _state_fits(state_path, lambda: trainer.load_state_dict(state))
         log(f"resumed at step {trainer.step} ({trainer.elapsed / 60:.1f} min so far)")
@@ -351,7 +371,11 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
     summary = {"out_dir": str(out_dir), "steps": trainer.step, "planned_steps": recipe.steps,
                "minutes": round(trainer.elapsed / 60, 2), "loss": trainer.smoothed_loss()}
     log(f"training done: {json.dumps(summary)}")
-    if report:
+    if report and world == "steer":
+        from .world_report import write_world_report
+
+        summary["report"] = write_world_report(out_dir, log=log)
+    elif report:
         from .report import write_report
 
         summary["report"] = write_report(out_dir, log=log)
@@ -404,6 +428,8 @@ def build_parser():
     p.add_argument("--no-report", action="store_true", help="skip the evaluation and model card")
     p.add_argument("--report-only", action="store_true", help="only evaluate the weights in --out and write the card")
     p.add_argument("--notes", help="a Markdown file whose text goes into the model card under the verdict")
+    p.add_argument("--world", default="sprites", choices=list(WORLDS),
+                   help="sprites: the bundled text-to-video demo; steer: the keyboard-steered world model")
     return p
 
 
@@ -417,11 +443,17 @@ def main(argv=None) -> int:
 
         if args.threads:
             torch.set_num_threads(args.threads)
-        write_report(Path(args.out), notes=Path(args.notes).read_text() if args.notes else "")
+        notes = Path(args.notes).read_text() if args.notes else ""
+        if args.world == "steer":
+            from .world_report import write_world_report
+
+            write_world_report(Path(args.out), notes=notes)
+        else:
+            write_report(Path(args.out), notes=notes)
         return 0
     train_demo(args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
                resume=not args.fresh, checkpoint_minutes=args.checkpoint_minutes, report=not args.no_report,
-               batch=args.batch, init_from=args.init_from)
+               batch=args.batch, init_from=args.init_from, world=args.world)
     return 0
 
 

@@ -17,11 +17,15 @@ from .settings import MODEL_PREFIX
 from .text import STATE_PREFIX
 
 
-def save_demo_weights(model, text_encoder, path, demo_metadata: dict, dtype=torch.float16) -> None:
+def save_demo_weights(model, text_encoder, path, demo_metadata: dict, dtype=torch.float16,
+                      extra: dict | None = None) -> None:
+    """``extra``: key prefix -> module, stored beside the text encoder (the world model's action encoder)."""
     from safetensors.torch import save_file
 
     tensors = {MODEL_PREFIX + k: v for k, v in model.state_dict().items()}
     tensors.update({STATE_PREFIX + k: v for k, v in text_encoder.state_dict().items()})
+    for prefix, module in (extra or {}).items():
+        tensors.update({prefix + k: v for k, v in module.state_dict().items()})
     tensors = {k: v.detach().to(dtype).contiguous() for k, v in tensors.items()}
     metadata = {"fastar_config": json.dumps(model.config.to_dict()), "demo": json.dumps(demo_metadata)}
     path = Path(path)
@@ -30,12 +34,13 @@ def save_demo_weights(model, text_encoder, path, demo_metadata: dict, dtype=torc
     tmp.replace(path)  # a run stopped mid-write never leaves a truncated file behind
 
 
-def read_text_encoder_state(path) -> dict:
-    """The text encoder's tensors, read through the engine's checked loader (only those tensors are read)."""
+def read_text_encoder_state(path, prefix: str = STATE_PREFIX) -> dict:
+    """The text encoder's tensors (or those under another ``prefix``), read through the engine's checked loader
+    (only those tensors are read)."""
     from ...fastar_core.checkpoint import checkpoint_errors
     from ...fastar_core.checkpoint_files import read_raw
 
     path = Path(path)
     with checkpoint_errors(path):
-        tensors, _ = read_raw(path, before_load=lambda infos, _: [k for k in infos if k.startswith(STATE_PREFIX)])
-    return {k[len(STATE_PREFIX):]: v for k, v in tensors.items()}
+        tensors, _ = read_raw(path, before_load=lambda infos, _: [k for k in infos if k.startswith(prefix)])
+    return {k[len(prefix):]: v for k, v in tensors.items()}

@@ -1,0 +1,114 @@
+"""The steered world model: per-frame key conditioning through the engine's runner, its trainer and its file."""
+
+import pytest
+import torch
+
+from comfyui_fastar.fastar_core.attention import PassInfo
+from comfyui_fastar.fastar_core.wan_config import WanConfig
+from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.tools.demo.actions import ActionEncoder, ActionRunner, batch_tracks
+from comfyui_fastar.tools.demo.model import load_demo_model
+from comfyui_fastar.tools.demo.steer_world import make_map, scripted_path, track_from_actions
+from comfyui_fastar.tools.demo.train import train_demo
+from comfyui_fastar.tools.demo.world_eval import evaluate_world, world_rollout
+
+PATCHES = 24
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_each_frame_is_told_its_key_its_shift_since_the_last_clean_frame_and_its_place():
+    enc = ActionEncoder(16, PATCHES, frames_per_block=3)
+    track = track_from_actions(["right", "right", "down", "left", "none", "up"], start=(PATCHES - 1, 0))
+    actions, positions = batch_tracks([track])
+    key, offset, place = enc.frame_conditions(actions, positions, torch.arange(3, 6))
+    assert key[0].tolist() == [2, 3, 0]  # down, left, none
+    # Frames 3..5 are counted from frame 2 (the chunk before's last frame), across the map's wrap.
+    assert offset[0].tolist() == [[0, 1], [-1, 1], [-1, 1]]
+    assert place[0, 0].tolist() == [1, 1]
+    with pytest.raises(ValueError, match="frame 7 has no action yet"):
+        enc.frame_conditions(actions, positions, torch.arange(6, 8))
+
+
+def test_the_runner_conditions_on_the_keys_and_leaves_the_model_as_it_was():
+    torch.manual_seed(0)
+    cfg = WanConfig(dim=32, num_heads=2, num_layers=1, ffn_dim=64, in_dim=3, out_dim=3, text_dim=16, freq_dim=16,
+                    text_len=4, patch_size=(1, 4, 4))
+    model = random_wan(cfg, seed=1)
+    enc = ActionEncoder(32, PATCHES, frames_per_block=3)
+    torch.nn.init.normal_(enc.out[1].weight, std=0.5)
+    x = torch.randn(1, 3, 3, 24, 24)
+    t = torch.full((1, 3), 500.0)
+    info = PassInfo(chunk=1, step=0, num_steps=1, frame_start=3, num_frames=3, tokens_per_frame=36)
+
+    def run(actions):
+        runner = ActionRunner(model, enc, [track_from_actions(actions)])
+        return runner.forward(x, t, runner.encode_text(torch.zeros(1, 4, 16)), None, info)
+
+    right, left = run(["right"] * 5), run(["left"] * 5)
+    assert not torch.allclose(right, left)
+    assert torch.equal(right, run(["right"] * 5))
+    assert not model.time_embedding._forward_hooks  # the conditioning hook is gone after each forward
+    with pytest.raises(ValueError, match="has no action yet"):
+        run(["right"] * 3)
+
+
+def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(tmp_path):
+    out = tmp_path / "world"
+    over = {"clip_frames": 6}
+    train_demo(out, steps=1, batch=1, threads=1, report=False, log=lambda m: None, world="steer",
+               recipe_overrides=over)
+    lines = []
+    summary = train_demo(out, steps=2, batch=1, threads=1, report=False, log=lines.append, world="steer",
+                         recipe_overrides=over)
+    assert summary["steps"] == 2 and lines[0].startswith("resumed at step 1")
+    with pytest.raises(ValueError, match="another seed or recipe|not a steered-world"):
+        train_demo(out, steps=3, batch=1, threads=1, report=False, log=lambda m: None, world="sprites",
+                   recipe_overrides=over)
+
+    demo = load_demo_model(out / "demo_model.safetensors")
+    assert demo.is_world and demo.metadata["world"]["map_size"] == 96
+    world = make_map(11)
+    track = track_from_actions(scripted_path(8, side=2), start=(4, 4))
+    frames, truth, _ = world_rollout(demo, world, track)
+    assert frames.shape == truth.shape == (9, 3, 24, 24)
+    assert torch.equal(frames[:3], truth[:3])  # the true start chunk, continued
+    report = evaluate_world(frames, truth, track, start_frames=3)
+    assert not report["passed"]  # two steps of training cannot carry a view
+
+    from comfyui_fastar.tools.demo.world_report import write_world_report
+
+    result = write_world_report(out, seeds=(1,), frames=9, log=lambda m: None)
+    assert result == {"passes": {"dense-global": 0, "fastar": 0}, "seeds": 1}
+    card = (out / "WORLD_MODEL_CARD.md").read_text()
+    assert "0 of 1 seeds pass with dense-global, 0 of 1 with FAST-AR" in card and "| fastar | 1 | FAIL |" in card
+    assert (out / "world_frames.png").stat().st_size > 0 and (out / "world_eval.json").is_file()
+
+    import json
+
+    from comfyui_fastar.tools.cli import main as fastar_main
+
+    demo_out = tmp_path / "demo"
+    args = ["demo", "--world", "steer", "--weights", str(out / "demo_model.safetensors"), "--frames", "6"]
+    assert fastar_main([*args, "--out", str(demo_out)]) == 0
+    stats = json.loads((demo_out / "stats.json").read_text())
+    assert set(stats["modes"]) == {"dense", "fastar"} and stats["speedup"]["cpu_total"] > 0
+    assert stats["modes"]["fastar"]["evaluation"]["frames"] == 6
+    assert (demo_out / "world.gif").stat().st_size > 0 and (demo_out / "world.png").stat().st_size > 0
+    assert fastar_main(["demo", "--weights", str(out / "demo_model.safetensors"), "--out", str(demo_out)]) != 0
+
+    # The revisit figures of `fastar bench pareto --model world`: every point scores the returning views.
+    pareto_out = tmp_path / "pareto"
+    assert fastar_main(["bench", "pareto", "--model", "world", "--weights", str(out / "demo_model.safetensors"),
+                        "--frames", "30", "--capacities", "9", "--thresholds", "0.9", "--out", str(pareto_out)]) == 0
+    points = json.loads((pareto_out / "pareto.json").read_text())["points"]
+    assert set(points) == {"dense-global", "dense-window@9", "tempcache-0.9@9"}
+    for row in points.values():
+        assert row["revisit"]["views"] > 0 and row["revisit"]["psnr_vs_own_earlier_db"] > 0
+    assert fastar_main(["bench", "rollout", "--model", "world", "--out", str(pareto_out)]) != 0

@@ -1,0 +1,133 @@
+"""Training the steered world model: ``fastar train-demo --world steer``.
+
+The sprite trainer's recipe (teacher forcing through the engine's own block code, flow matching with per-chunk
+noise levels on the sampler's sigmas, corrupted and one-step self-predicted context, AdamW, EMA, resumable
+checkpoints) with the steered world's clips: a random map, a random start and a random key sequence per clip,
+each frame conditioned on its key, its offset from the chunk's reference frame and the camera position
+(``actions.ActionEncoder``). The prompt is one fixed sentence: the world is told by its keys, not by words.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .actions import STATE_PREFIX, ActionEncoder, added_to_time_embedding, batch_tracks
+from .data import clip_seed, corrupt_context, step_generator, training_sigmas
+from .settings import DEMO_SIGMAS, FRAMES_PER_BLOCK, MODEL_CONFIG
+from .steer_world import MAP_SIZE, STEP, VIEW_SIZE, make_map, random_actions, render_track, track_from_actions
+from .train import Trainer, TrainRecipe
+
+WORLD_PROMPT = "a calm and quiet textured background"
+WORLD_KIND = "steer"
+
+
+@dataclass
+class WorldBatch:
+    video: torch.Tensor  # [B, 3, T, H, W]
+    actions: torch.Tensor  # [B, T]
+    positions: torch.Tensor  # [B, T, 2]
+
+
+def world_batch(seed: int, step: int, batch: int, frames: int, map_size: int = MAP_SIZE) -> WorldBatch:
+    videos, tracks = [], []
+    for i in range(batch):
+        s = clip_seed(seed, step, i)
+        world = make_map(s, map_size)
+        rng = np.random.default_rng(s + 17)
+        patches = map_size // STEP
+        start = (int(rng.integers(patches)), int(rng.integers(patches)))
+        track = track_from_actions(random_actions(rng, frames - 1), start, patches)
+        tracks.append(track)
+        videos.append(render_track(world, track).permute(1, 0, 2, 3))
+    actions, positions = batch_tracks(tracks)
+    return WorldBatch(torch.stack(videos), actions, positions)
+
+
+def world_recipe(**overrides) -> TrainRecipe:
+    """The sprite recipe less what is about sprites (their loss weight, text prompts)."""
+    return TrainRecipe(**{"sprite_loss_weight": 1.0, "p_rollout_context": 0.0, **overrides})
+
+
+class WorldTrainer(Trainer):
+    def __init__(self, out_dir, recipe: TrainRecipe, seed: int, log, map_size: int = MAP_SIZE):
+        super().__init__(out_dir, recipe, seed, log)
+        self.map_size = map_size
+        with torch.random.fork_rng():
+            torch.manual_seed(seed + 1)
+            self.action_encoder = ActionEncoder(MODEL_CONFIG.dim, map_size // STEP, FRAMES_PER_BLOCK)
+        self.ema_action = copy.deepcopy(self.action_encoder).requires_grad_(False)
+        params = [*self.model.parameters(), *self.text_encoder.parameters(), *self.action_encoder.parameters()]
+        self.optimizer = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay, betas=(0.9, 0.99))
+        # Absolute frame index of every row of the teacher-forcing sequence (clean copies, then noisy twins).
+        f = self.forward
+        self.sequence_frames = torch.cat([torch.arange(f.clean_frames.start, f.clean_frames.stop),
+                                          torch.arange(f.noisy_frames.start, f.noisy_frames.stop)])
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "action_encoder": self.action_encoder.state_dict(),
+                "ema_action": self.ema_action.state_dict(), "world": WORLD_KIND, "map_size": self.map_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("world") != WORLD_KIND:
+            raise ValueError("the saved training state is not a steered-world run; use a fresh --out")
+        super().load_state_dict(state)
+
+    def _load_weights(self, state: dict) -> None:
+        self.action_encoder.load_state_dict(state["action_encoder"])
+        self.ema_action.load_state_dict(state["ema_action"])
+        super()._load_weights(state)
+
+    def warm_start_from_weights(self, path) -> None:
+        raise ValueError("a steered-world run starts from scratch or from a world train_state.pt")
+
+    def demo_metadata(self) -> dict:
+        meta = super().demo_metadata()
+        meta["world"] = {"kind": WORLD_KIND, "map_size": self.map_size, "step_pixels": STEP,
+                         "view_size": VIEW_SIZE, "prompt": WORLD_PROMPT}
+        return meta
+
+    def extra_weights(self) -> dict:
+        return {STATE_PREFIX: self.ema_action}
+
+    def train_step(self, time_fraction: float = 0.0) -> float:
+        r = self.recipe
+        batch = world_batch(self.seed, self.step, r.batch, r.clip_frames, self.map_size)
+        g = step_generator(self.seed, self.step)
+        x0 = batch.video
+        chunks = -(-r.clip_frames // FRAMES_PER_BLOCK)
+        sigma = training_sigmas(r.batch, chunks, DEMO_SIGMAS, g, r.p_schedule_sigma)
+        sigma = sigma.repeat_interleave(FRAMES_PER_BLOCK, dim=1)[:, : r.clip_frames]
+        noise = torch.randn(x0.shape, generator=g)
+        s = sigma[:, None, :, None, None]
+        noisy = (1 - s) * x0 + s * noise
+        context = corrupt_context(x0, FRAMES_PER_BLOCK, g, p=r.p_context_corruption)
+        for group in self.optimizer.param_groups:
+            group["lr"] = r.lr_at(self.step, time_fraction)
+        text = self.forward.encode_text(self.text_encoder(self.tokenizer.batch([WORLD_PROMPT] * r.batch)))
+        embedding = self.action_encoder.embed(batch.actions, batch.positions, self.sequence_frames)
+        with added_to_time_embedding(self.model, embedding):
+            if r.p_own_context > 0:
+                context = self._own_context(context, x0, text, g)
+            flow = self.forward(context, noisy, torch.zeros_like(sigma), 1000.0 * sigma, text)
+        twins = slice(self.forward.noisy_frames.start, self.forward.noisy_frames.stop)
+        loss = (flow - (noise - x0)[:, :, twins]).square().mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, r.grad_clip)
+        self.optimizer.step()
+        self._update_ema()
+        self.step += 1
+        return loss.item()
+
+    @torch.no_grad()
+    def _update_ema(self) -> None:
+        super()._update_ema()
+        done = self.step + sum(p["steps"] for p in self.phases)
+        decay = min(self.recipe.ema_decay, (1 + done) / (10 + done))
+        for e, p in zip(self.ema_action.parameters(), self.action_encoder.parameters()):
+            e.lerp_(p, 1 - decay)
