@@ -136,9 +136,9 @@ class CausalRunner:
         ctx = self.model.text_embedding(context.to(device=self.device, dtype=self.dtype))
         return self.context_state(ctx, context.shape[1])
 
-    @torch.no_grad()
     def context_state(self, ctx: torch.Tensor, num_tokens: int, cond=None) -> TextState:
-        """Every layer's cross-attention K/V of an embedded context ``[B, L, dim]``."""
+        """Every layer's cross-attention K/V of an embedded context ``[B, L, dim]`` (no ``no_grad`` of its own:
+        ``encode_text`` has it, and the demo's trainer calls ``encode_text`` without it)."""
         ks, vs = [], []
         for blk in self.model.blocks:
             ca = blk.cross_attn

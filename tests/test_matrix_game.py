@@ -19,9 +19,10 @@ from comfyui_fastar.fastar_core.checkpoint import load_checkpoint
 from comfyui_fastar.fastar_core.errors import CheckpointError, FastARError
 from comfyui_fastar.fastar_core.matrix_game.action import action_rope, action_windows
 from comfyui_fastar.fastar_core.matrix_game.caches import FrameWindowCache
-from comfyui_fastar.fastar_core.matrix_game.checkpoint import file_is_matrix_game, load_matrix_game, save_matrix_game
+from comfyui_fastar.fastar_core.matrix_game.checkpoint import is_matrix_game, load_matrix_game, save_matrix_game
 from comfyui_fastar.fastar_core.matrix_game.config import from_reference_config
 from comfyui_fastar.fastar_core.matrix_game.family import MatrixGameFamily
+from comfyui_fastar.fastar_core.safetensors_reader import read_header
 
 # -- actions -------------------------------------------------------------------------------------------------
 
@@ -207,7 +208,7 @@ def test_checkpoint_round_trip_and_recognition(tmp_path):
     save_matrix_game(runner.model, path)
     model, ckpt = load_matrix_game(path)
     assert ckpt.prefix == "model." and ckpt.config.variant == "gta_drive" and ckpt.config == runner.model.config
-    assert file_is_matrix_game(path) and not file_is_matrix_game(path.parent / "config.json")
+    assert is_matrix_game(read_header(path, path.stat().st_size).tensors)
     with pytest.raises(CheckpointError, match="Matrix-Game 2.0 checkpoint"):
         load_checkpoint(path)  # the Wan loader names what the file is
     from comfyui_fastar.fastar_core.runner import CausalRunner

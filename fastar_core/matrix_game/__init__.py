@@ -2,5 +2,6 @@
 
 ``config.py`` (its ``config.json``, the three released variants), ``model.py`` (the module tree, checkpoint names),
 ``action.py`` (the action module's forward), ``caches.py`` (keyboard and mouse caches), ``family.py`` (the
-runner's hooks), ``checkpoint.py`` (loading a released file and the config beside it).
+runner's hooks), ``keys.py`` and ``checkpoint.py`` (recognising and loading a released file and the config beside
+it), ``rollout.py`` (the conditioning and rollout settings its inference uses). ``docs/matrix-game.md`` has more.
 """

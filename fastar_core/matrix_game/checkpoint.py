@@ -18,9 +18,8 @@ from ..checkpoint import checkpoint_errors, dtype_name
 from ..checkpoint_files import read_raw
 from ..errors import CheckpointError
 from ..json_files import read_json
-from ..safetensors_reader import read_header
 from .config import CLIP_DIM, MatrixGameConfig, from_reference_config
-from .keys import PREFIX, is_matrix_game
+from .keys import PREFIX, is_matrix_game  # noqa: F401 - is_matrix_game is part of this module's API
 from .model import MatrixGameModel
 
 CONFIG_NAME = "config.json"
@@ -42,17 +41,6 @@ class MatrixGameCheckpoint:
                 "config_file": self.config_path, "config": self.config.to_dict(), "dtype": dtype_name(self.dtype),
                 "prefix_stripped": self.prefix or "(none)", "action_layers": list(self.config.action.blocks),
                 "parameters": sum(t.numel() for t in self.state_dict.values())}
-
-
-def file_is_matrix_game(path) -> bool:
-    """Whether ``path`` is a safetensors file with Matrix-Game's keys (its header alone is read)."""
-    path = Path(path)
-    if path.suffix.lower() != ".safetensors" or not path.is_file():
-        return False
-    try:
-        return is_matrix_game(read_header(path, path.stat().st_size).tensors)
-    except CheckpointError:
-        return False
 
 
 def find_config(path: Path) -> Path:

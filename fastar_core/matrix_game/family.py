@@ -99,7 +99,8 @@ class MatrixGameFamily(ModelFamily):
         clip = cond.clip.to(device=runner.device, dtype=runner.dtype)
         if clip.shape[0] != cond.concat.shape[0]:
             clip = clip.expand(cond.concat.shape[0], -1, -1)
-        return runner.context_state(runner.model.img_emb(clip), clip.shape[1], cond)
+        with torch.no_grad():
+            return runner.context_state(runner.model.img_emb(clip), clip.shape[1], cond)
 
     def block_tail(self, runner, layer, blk, x, y, shift2, scale2, gate2, context, caches, info, commit):
         x = runner.pieces.cross_attention_residual(blk, x, y)
