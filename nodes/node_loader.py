@@ -7,7 +7,8 @@ import json
 from ..fastar_core.action_script import VARIANTS
 from ..fastar_core.checkpoint import WEIGHTS_ENTRY_CHOICES, load_checkpoint
 from ..fastar_core.errors import FastARError
-from ..fastar_core.matrix_game.checkpoint import build_matrix_game, file_is_matrix_game, load_matrix_game_checkpoint
+from ..fastar_core.matrix_game.checkpoint import build_matrix_game, load_matrix_game_checkpoint
+from ..fastar_core.model_files import is_matrix_game_file
 from .constants import CATEGORY
 from .host import WEIGHT_DTYPES, get_host
 from .inputs import combo, float_input
@@ -101,7 +102,7 @@ class LoadARVideoModel:
     def load(self, model_name, weight_dtype="default", lora_name=NO_LORA, shift=5.0, weights_entry="auto"):
         host = get_host()
         path = host.full_path("diffusion_models", model_name)
-        if file_is_matrix_game(path):
+        if is_matrix_game_file(path):
             return load_world_model(host, path, weight_dtype, lora_name)
         lora = host.full_path("loras", lora_name) if lora_name and lora_name != NO_LORA else None
         model, ckpt = load_native_model(path, weight_dtype, lora, shift, weights_entry=weights_entry)

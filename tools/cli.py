@@ -134,9 +134,9 @@ def build_parser() -> OneLineParser:
 
 def cmd_info(args) -> int:
     from ..fastar_core.checkpoint import load_checkpoint
-    from ..fastar_core.matrix_game.checkpoint import file_is_matrix_game
+    from ..fastar_core.model_files import is_matrix_game_file
 
-    if file_is_matrix_game(args.checkpoint):
+    if is_matrix_game_file(args.checkpoint):
         return _info_matrix_game(args)
     ckpt = load_checkpoint(args.checkpoint, check_finite=True, weights_entry=args.weights_entry)
     summary = ckpt.summary()

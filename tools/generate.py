@@ -67,10 +67,10 @@ def run_generate(args) -> int:
 
 def _run(args, inputs, device, parallel) -> int:
     from ..fastar_core.engine import build_sampler
-    from ..fastar_core.matrix_game.checkpoint import file_is_matrix_game
+    from ..fastar_core.model_files import is_matrix_game_file
     from .args import settings_from_arguments
 
-    if file_is_matrix_game(args.checkpoint):
+    if is_matrix_game_file(args.checkpoint):
         from .generate_world import run_world
 
         return run_world(args, inputs, device, parallel)
