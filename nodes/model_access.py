@@ -98,7 +98,10 @@ def diffusion_model_of(patcher):
 
 
 def latent_channels_of(dm) -> int:
-    return int(dm.patch_embedding.weight.shape[1])
+    """Channels of the latents the model denoises: its input's, except for a Matrix-Game 2.0 model, whose input also
+    carries a mask and the start image's latent (36 = 16 + 4 + 16)."""
+    world = world_config_of(dm)
+    return world.out_dim if world is not None else int(dm.patch_embedding.weight.shape[1])
 
 
 def check_wan_t2v(dm) -> None:
