@@ -270,6 +270,20 @@ def core_sampler_on_pack_loader():
 
 
 @check
+def long_sampler_progress():
+    """The Long Video Sampler's progress, as ComfyUI's own ProgressBar hook (the one that feeds the editor's bar
+    over the websocket) receives it."""
+    calls = []
+    comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, node_id=None: calls.append([value, total]))
+    try:
+        with torch.no_grad():
+            LongVideoSampler().sample(pack_model(), conditioning(1), 32, 32, 25, cache_policy="global")
+    finally:
+        comfy.utils.set_progress_bar_global_hook(None)
+    return {"calls": calls}
+
+
+@check
 def pack_on_core_loader_and_latent():
     nodes = core_ar_nodes()
     with torch.no_grad():

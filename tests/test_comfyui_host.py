@@ -595,6 +595,13 @@ def test_previews_show_the_chunks_newest_frame(in_process):
     assert figures(in_process, "preview") == ["JPEG", [6, 4]]
 
 
+def test_long_sampler_reports_progress_through_comfyuis_progress_bar(in_process):
+    calls = figures(in_process, "long_sampler_progress")["calls"]
+    values, totals = [c[0] for c in calls], {c[1] for c in calls}
+    assert len(calls) >= 2 and len(totals) == 1 and totals.pop() > 1, calls
+    assert values == sorted(values) and values[-1] == calls[-1][1], "progress rises to its total"
+
+
 def test_pack_loader_builds_cores_causal_class_where_the_host_has_one(in_process):
     r = figures(in_process, "loader_classes")
     causal = "CausalWanModel" if r["host_has_causal_class"] else "WanModel"
