@@ -9,7 +9,7 @@ from comfyui_fastar.tools.bench.cross_attention import cross_attention_rows
 from comfyui_fastar.tools.cli import main
 
 SUMMARY_FIELDS = {"speedup_vs_dense", "latency_growth", "cache_bytes_max", "cache_bytes_allocated", "psnr_db", "ssim",
-                  "density_mean", "recall_mean", "seconds_total"}
+                  "density_mean", "recall_mean", "seconds_total", "frame_rate"}
 
 
 def test_bench_rollout_writes_every_field(tmp_path, capsys):
@@ -79,3 +79,18 @@ def test_fastar_demo_runs_both_modes_in_turn_and_reports_pooled_quality(tmp_path
     for name in ("fastar.gif", "dense.gif", "compare.gif", "demo.png"):
         assert (out / name).stat().st_size > 0
     assert "by CPU time" in capsys.readouterr().out
+
+
+def test_frame_rate_steadiness_tells_a_flat_rate_from_a_falling_one():
+    from comfyui_fastar.tools.bench.report import frame_rate_steadiness
+
+    def rows(seconds_of):  # 3-frame chunks from frame 0 to 240
+        return [{"frame_start": f, "frames": 3, "seconds": 9.0, "cpu_seconds": seconds_of(f)} for f in range(0, 240, 3)]
+
+    flat = frame_rate_steadiness(rows(lambda f: 0.3 + 0.01 * (f % 2)))
+    falling = frame_rate_steadiness(rows(lambda f: 0.1 + 0.002 * f))  # a growing cache: each chunk slower
+    assert flat["chunks"] == 60 and flat["within_10_percent"] == 1.0 and flat["max_deviation"] < 0.04
+    assert abs(flat["trend_last_over_first"] - 1) < 0.04
+    assert falling["within_10_percent"] < 0.5 and falling["trend_last_over_first"] < 0.65
+    assert flat["median_fps"] == pytest.approx(3 / 0.305, rel=0.04)  # CPU seconds, not the wall's 9 s
+    assert frame_rate_steadiness(rows(lambda f: 0.3)[:30]) is None  # too few chunks past frame 60

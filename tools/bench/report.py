@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 from pathlib import Path
 
 import torch
@@ -68,6 +69,24 @@ def line_plots(path: Path, panels: list[dict], title: str = "") -> Path | None:
 def mean(xs) -> float | None:
     xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
+
+
+FRAME_RATE_FROM = 60  # latent frame after which a bounded cache is full at every capacity the benches use
+
+
+def frame_rate_steadiness(rows: list[dict], start: int = FRAME_RATE_FROM) -> dict | None:
+    """Latent frames per second of CPU time (wall time where a row has none) per chunk from latent frame ``start``
+    on: their median, the largest deviation from it, the share of chunks within 10 % of it, and the mean of the last
+    10 chunks over the first 10 (below 1: the rate falls as the run goes on). None with fewer than 20 such chunks."""
+    rates = [r["frames"] / r.get("cpu_seconds", r["seconds"]) for r in rows
+             if r["frame_start"] >= start and r.get("cpu_seconds", r["seconds"]) > 0]
+    if len(rates) < 20:
+        return None
+    mid = statistics.median(rates)
+    return {"from_frame": start, "chunks": len(rates), "median_fps": round(mid, 3),
+            "max_deviation": round(max(abs(r / mid - 1) for r in rates), 4),
+            "within_10_percent": round(sum(abs(r / mid - 1) <= 0.10 for r in rates) / len(rates), 4),
+            "trend_last_over_first": round(mean(rates[-10:]) / mean(rates[:10]), 4)}
 
 
 def latency_growth(seconds: list[float]) -> float | None:

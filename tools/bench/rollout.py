@@ -20,7 +20,7 @@ from ...fastar_core.fastar.metrics import video_quality
 from ...fastar_core.sampler import RolloutConfig
 from .cost_model import mode_speedup, real_prompt_tokens, shape_of_scenario
 from .interleave import median_rows, run_in_turns
-from .report import latency_growth, line_plots, machine, mean, resident_bytes, write_json
+from .report import frame_rate_steadiness, latency_growth, line_plots, machine, mean, resident_bytes, write_json
 from .scenarios import SCENARIOS, Scenario, scenario_modes
 
 MEASURED_FRAMES = 48  # recall is measured on a separate, shorter run (measuring costs time)
@@ -147,6 +147,7 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
             "speedup_vs_dense": round(dense_total / sum(seconds), 3),
             "modelled_speedup": round(mode_speedup(shape, frames, *all_modes[name], prompt_tokens), 3),
             "latency_growth": _round(latency_growth(seconds), 3),
+            "frame_rate": frame_rate_steadiness(m["chunks"]),
             "cache_bytes_max": max(r["cache_bytes"] for r in m["chunks"]),
             "cache_bytes_last": m["chunks"][-1]["cache_bytes"],
             "cache_bytes_allocated": results[name].cache_stats.get("allocated_bytes"),
@@ -172,6 +173,8 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
             "seconds": f"per chunk, median over {repeats} repeat(s); in each, every mode runs chunk by chunk in "
                        "turn, the order rotating every round",
             "latency_growth": "mean seconds of the last 10 chunks / mean of chunks 5 to 15",
+            "frame_rate": "latent frames per second of CPU time per chunk from latent frame 60 on: median, largest "
+                          "deviation from it, share of chunks within 10 % of it, last 10 chunks over the first 10",
             "cache_bytes": "live cache entries (TempCache: occupied group slots); cache_bytes_allocated: the "
                            "buffers, allocated once per rollout",
             "psnr_db": "PSNR against dense-global pooled over every generated frame (mean squared error first, "
@@ -199,6 +202,9 @@ def _plot(path, per_mode, fpb, start_frames, model, frames):
     panels = [
         {"title": "seconds per chunk", "xlabel": "latent frame", "ylabel": "s",
          "series": {n: (xs(m), [r["seconds"] for r in m["chunks"]]) for n, m in per_mode.items()}},
+        {"title": "latent frames per CPU second", "xlabel": "latent frame", "ylabel": "frames/s",
+         "series": {n: (xs(m), [r["frames"] / r.get("cpu_seconds", r["seconds"]) for r in m["chunks"]])
+                    for n, m in per_mode.items()}},
         {"title": "KV cache", "xlabel": "latent frame", "ylabel": "MiB",
          "series": {n: (xs(m), [r["cache_bytes"] / 2**20 for r in m["chunks"]]) for n, m in per_mode.items()}},
     ]
