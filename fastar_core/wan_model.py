@@ -90,13 +90,13 @@ class WanModel(nn.Module):
         return self.head.head.weight.dtype
 
 
-def random_wan(cfg: WanConfig, seed: int = 0, std: float = 0.05, dtype=torch.float32) -> WanModel:
-    """A randomly initialised model for tests and shape benchmarks (seeded, global RNG untouched)."""
+def randomize_(model: nn.Module, seed: int, std: float, is_unit) -> None:
+    """Seeded random weights in place (global RNG untouched): ones where ``is_unit(name, p)`` (norm scales), small
+    biases, the rest at ``min(std, fan_in**-0.5)`` (modulations at ``std``)."""
     g = torch.Generator().manual_seed(seed)
-    model = WanModel(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith(("norm_q.weight", "norm_k.weight", "norm3.weight")):
+            if is_unit(name, p):
                 p.fill_(1.0)
             elif name.endswith("bias") and p.ndim == 1:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.01)
@@ -104,4 +104,10 @@ def random_wan(cfg: WanConfig, seed: int = 0, std: float = 0.05, dtype=torch.flo
                 fan_in = p[0].numel() if p.ndim > 1 else p.numel()
                 scale = std if name.endswith("modulation") else min(std, fan_in**-0.5)
                 p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+
+def random_wan(cfg: WanConfig, seed: int = 0, std: float = 0.05, dtype=torch.float32) -> WanModel:
+    """A randomly initialised model for tests and shape benchmarks (seeded, global RNG untouched)."""
+    model = WanModel(cfg)
+    randomize_(model, seed, std, lambda name, p: name.endswith(("norm_q.weight", "norm_k.weight", "norm3.weight")))
     return model.to(dtype)

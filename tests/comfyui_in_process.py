@@ -9,9 +9,8 @@ import importlib.util
 import inspect
 import json
 import os
-import traceback
 
-from comfyui_boot import boot
+from comfyui_boot import Skip, boot, recorder, report
 
 boot()
 import comfy.model_management as mm  # noqa: E402
@@ -37,20 +36,7 @@ from comfyui_fastar.nodes.streaming_decode import WanCausalStream, stream_pixels
 TINY = "tiny_wan_t2v.safetensors"
 CAUSAL = "tiny_wan_causal_ar_t2v.safetensors"
 RESULTS = {"host": get_host().name}
-
-
-class Skip(Exception):
-    pass
-
-
-def check(fn):
-    try:
-        RESULTS[fn.__name__] = fn()
-    except Skip as e:
-        RESULTS[fn.__name__] = {"skipped": str(e)}
-    except Exception:
-        RESULTS[fn.__name__] = {"error": traceback.format_exc()[-3000:]}
-    return fn
+check = recorder(RESULTS)
 
 
 def model_path(name):
@@ -356,4 +342,4 @@ def dense_agreement_one_step():
             "four_step_std": [float(core4.std()), float(pack4.std())]}
 
 
-print("RESULT " + json.dumps(RESULTS))
+report(RESULTS)

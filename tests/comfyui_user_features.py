@@ -4,12 +4,10 @@ tests/test_comfyui_user_features.py with a host's python, in its ComfyUI folder,
 {"skipped": why} / {"error": traceback}); the test file asserts, the same on every host.
 """
 
-import json
 import os
 import tempfile
-import traceback
 
-from comfyui_boot import boot
+from comfyui_boot import boot, recorder, report
 
 boot()
 import comfy.sample  # noqa: E402
@@ -27,14 +25,7 @@ from comfyui_fastar.nodes.node_sampler_ar import SamplerARVideoFastAR  # noqa: E
 
 TINY = "tiny_wan_t2v.safetensors"
 RESULTS = {"host": get_host().name}
-
-
-def check(fn):
-    try:
-        RESULTS[fn.__name__] = fn()
-    except Exception:
-        RESULTS[fn.__name__] = {"error": traceback.format_exc()[-3000:]}
-    return fn
+check = recorder(RESULTS)
 
 
 def conditioning(seed, scale=1.0):
@@ -139,4 +130,4 @@ def lora_formats_match_comfyui_lora_loader():
             "dtype": str(ours.get_model_object("diffusion_model.blocks.0.self_attn.q").weight.dtype)}
 
 
-print("RESULT " + json.dumps(RESULTS))
+report(RESULTS)

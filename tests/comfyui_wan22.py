@@ -9,21 +9,15 @@ The model is a tiny random 5B-shaped one ComfyUI's detection accepts (48 latent 
 at its fixed size (ComfyUI reads no width from the file), built in memory with ComfyUI's own class.
 """
 
-import importlib.util
 import json
 import os
 import sys
 import tempfile
-import traceback
 
-PACK = sys.argv[1]
+from comfyui_boot import boot, recorder, report
+
 WRITE_MODELS = sys.argv[3] if sys.argv[2:3] == ["--write-models"] else None
-sys.path.insert(0, os.getcwd())
-sys.argv = [sys.argv[0], "--cpu"]
-from comfy.cli_args import args  # noqa: E402
-
-args.cpu = True
-import comfy.model_management  # noqa: E402, F401
+boot()
 import comfy.sample  # noqa: E402
 import comfy.samplers  # noqa: E402
 import comfy.sd  # noqa: E402
@@ -31,12 +25,6 @@ import comfy.utils  # noqa: E402
 import folder_paths  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-
-spec = importlib.util.spec_from_file_location("comfyui_fastar", os.path.join(PACK, "__init__.py"),
-                                              submodule_search_locations=[PACK])
-module = importlib.util.module_from_spec(spec)
-sys.modules["comfyui_fastar"] = module
-spec.loader.exec_module(module)
 
 from comfyui_fastar.fastar_core.errors import FastARError  # noqa: E402
 from comfyui_fastar.fastar_core.wan_config import WanConfig  # noqa: E402
@@ -57,20 +45,7 @@ LONGLIVE2 = "LongLive 2.0 4-step (UniPC)"
 SIZE = 64  # pixels: a 4x4 latent at the Wan2.2 VAE's 16 pixels per latent, 2x2 tokens per frame
 LENGTH = 93  # video frames: 24 latent frames, three chunks of 8; a 16-frame window with a 4-frame sink rolls
 RESULTS = {"host": get_host().name}
-
-
-class Skip(Exception):
-    pass
-
-
-def check(fn):
-    try:
-        RESULTS[fn.__name__] = fn()
-    except Skip as e:
-        RESULTS[fn.__name__] = {"skipped": str(e)}
-    except Exception:
-        RESULTS[fn.__name__] = {"error": traceback.format_exc()[-3000:]}
-    return fn
+check = recorder(RESULTS)
 
 
 def write_model(folder: str) -> str:
@@ -279,4 +254,4 @@ def image_to_video_with_the_wan22_vae():
             "changed_by_image": max_diff(with_image, plain)}
 
 
-print("RESULT " + json.dumps(RESULTS))
+report(RESULTS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..wan_model import WanBlock, WanHead
+from ..wan_model import WanBlock, WanHead, randomize_
 from .config import ActionConfig, MatrixGameConfig
 
 
@@ -98,17 +98,11 @@ def random_matrix_game(cfg: MatrixGameConfig, seed: int = 0, std: float = 0.05,
                        dtype=torch.float32) -> MatrixGameModel:
     """A randomly initialised model for tests (seeded, global RNG untouched); the action projections get weights
     too (the reference initialises them to zero), so actions change the output."""
-    g = torch.Generator().manual_seed(seed)
     model = MatrixGameModel(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(("norm_q.weight", "norm_k.weight", "norm3.weight", "norm.weight")) or (
-                    ".proj." in name and p.ndim == 1 and name.endswith("weight")) or name.endswith("mlp.3.weight"):
-                p.fill_(1.0)
-            elif name.endswith("bias") and p.ndim == 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
-            else:
-                fan_in = p[0].numel() if p.ndim > 1 else p.numel()
-                scale = std if name.endswith("modulation") else min(std, fan_in**-0.5)
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+    def is_unit(name, p):
+        return name.endswith(("norm_q.weight", "norm_k.weight", "norm3.weight", "norm.weight")) or (
+            ".proj." in name and p.ndim == 1 and name.endswith("weight")) or name.endswith("mlp.3.weight")
+
+    randomize_(model, seed, std, is_unit)
     return model.to(dtype)
