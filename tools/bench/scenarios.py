@@ -50,6 +50,17 @@ def demo_scenario(seed: int = 0, device="cpu") -> Scenario:
     )
 
 
+def random_weights(cfg: WanConfig, seed: int, device):
+    """A random model of ``cfg`` (bfloat16 on CUDA, float32 elsewhere) and a 24-token prompt padded to 512, as the
+    shape benches use them: speed and memory only."""
+    dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    model = random_wan(cfg, seed=seed, dtype=dtype).to(device)
+    g = torch.Generator().manual_seed(seed)
+    context = torch.zeros(1, 512, cfg.text_dim)
+    context[:, :24] = torch.randn(1, 24, cfg.text_dim, generator=g) * 0.2
+    return model, context, dtype
+
+
 def wan_shapes_scenario(seed: int = 0, device="cpu", heads: int | None = None, layers: int | None = None,
                         latent_hw=None) -> Scenario:
     """Random weights with Wan-1.3B's attention geometry (head_dim 128, hundreds of tokens per frame).
@@ -62,11 +73,7 @@ def wan_shapes_scenario(seed: int = 0, device="cpu", heads: int | None = None, l
     layers = layers or (30 if cuda else 2)
     latent_hw = latent_hw or ((60, 104) if cuda else (24, 40))
     cfg = WanConfig(dim=128 * heads, num_heads=heads, num_layers=layers, ffn_dim=(8960 if cuda else 4 * 128 * heads))
-    dtype = torch.bfloat16 if cuda else torch.float32
-    model = random_wan(cfg, seed=seed, dtype=dtype).to(device)
-    g = torch.Generator().manual_seed(seed)
-    context = torch.zeros(1, 512, cfg.text_dim)
-    context[:, :24] = torch.randn(1, 24, cfg.text_dim, generator=g) * 0.2
+    model, context, dtype = random_weights(cfg, seed, device)
     tpf = (latent_hw[0] // 2) * (latent_hw[1] // 2)
     return Scenario(name="wan-shapes", model=model, context=context, latent_hw=latent_hw, channels=16,
                     schedule="self-forcing", quality=False,
@@ -93,11 +100,7 @@ def longlive2_scenario(seed: int = 0, device="cpu", heads: int | None = None, la
     latent_hw = latent_hw or ((44, 80) if cuda else (20, 32))
     cfg = WanConfig(dim=128 * heads, num_heads=heads, num_layers=layers, ffn_dim=(14336 if cuda else 4 * 128 * heads),
                     in_dim=48, out_dim=48)
-    dtype = torch.bfloat16 if cuda else torch.float32
-    model = random_wan(cfg, seed=seed, dtype=dtype).to(device)
-    g = torch.Generator().manual_seed(seed)
-    context = torch.zeros(1, 512, cfg.text_dim)
-    context[:, :24] = torch.randn(1, 24, cfg.text_dim, generator=g) * 0.2
+    model, context, dtype = random_weights(cfg, seed, device)
     tpf = (latent_hw[0] // 2) * (latent_hw[1] // 2)
     return Scenario(name="longlive2-5b", model=model, context=context, latent_hw=latent_hw, channels=48,
                     schedule="longlive2", frames_per_block=LONGLIVE2_CHUNK, quality=False,
