@@ -220,16 +220,7 @@ class Trainer:
         batch = training_batch(self.seed, self.step, r.batch, r.clip_frames, FRAME_HW[0])
         g = step_generator(self.seed, self.step)
         x0 = batch.video
-        chunks = -(-r.clip_frames // FRAMES_PER_BLOCK)
-        sigma_chunk = training_sigmas(r.batch, chunks, DEMO_SIGMAS, g, r.p_schedule_sigma)
-        sigma = sigma_chunk.repeat_interleave(FRAMES_PER_BLOCK, dim=1)[:, : r.clip_frames]
-        noise = torch.randn(x0.shape, generator=g)
-        s = sigma[:, None, :, None, None]
-        noisy = (1 - s) * x0 + s * noise
-        context = corrupt_context(x0, FRAMES_PER_BLOCK, g, p=r.p_context_corruption)
-
-        for group in self.optimizer.param_groups:
-            group["lr"] = r.lr_at(self.step, time_fraction)
+        sigma, noise, noisy, context = self._noised(x0, g, time_fraction)
         text = self.forward.encode_text(self.text_encoder(self.tokenizer.batch(batch.prompts)))
         if r.p_own_context > 0:
             context = self._own_context(context, x0, text, g)
@@ -239,10 +230,29 @@ class Trainer:
         twins = slice(self.forward.noisy_frames.start, self.forward.noisy_frames.stop)
         weights = sprite_weights(batch, r.sprite_loss_weight)[:, :, twins]
         loss = ((flow - (noise - x0)[:, :, twins]).square() * weights).mean() / weights.mean()
+        return self._apply(loss)
+
+    def _noised(self, x0, g, time_fraction):
+        """A clip's per-chunk noise levels (repeated per frame), its noise, the noisy clip and the corrupted
+        context, drawn from ``g`` in that order; and this step's learning rate set."""
+        r = self.recipe
+        chunks = -(-r.clip_frames // FRAMES_PER_BLOCK)
+        sigma_chunk = training_sigmas(r.batch, chunks, DEMO_SIGMAS, g, r.p_schedule_sigma)
+        sigma = sigma_chunk.repeat_interleave(FRAMES_PER_BLOCK, dim=1)[:, : r.clip_frames]
+        noise = torch.randn(x0.shape, generator=g)
+        s = sigma[:, None, :, None, None]
+        noisy = (1 - s) * x0 + s * noise
+        context = corrupt_context(x0, FRAMES_PER_BLOCK, g, p=r.p_context_corruption)
+        for group in self.optimizer.param_groups:
+            group["lr"] = r.lr_at(self.step, time_fraction)
+        return sigma, noise, noisy, context
+
+    def _apply(self, loss) -> float:
+        """One optimizer step on ``loss`` (gradients clipped, EMA updated); the step counter moves on."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grad_norm_(params, r.grad_clip)
+        torch.nn.utils.clip_grad_norm_(params, self.recipe.grad_clip)
         self.optimizer.step()
         self._update_ema()
         self.step += 1

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from .actions import STATE_PREFIX, ActionEncoder, added_to_time_embedding, batch_tracks
-from .data import clip_seed, corrupt_context, step_generator, training_sigmas
-from .settings import DEMO_SIGMAS, FRAMES_PER_BLOCK, MODEL_CONFIG
+from .data import clip_seed, step_generator
+from .settings import FRAMES_PER_BLOCK, MODEL_CONFIG
 from .steer_world import MAP_SIZE, STEP, VIEW_SIZE, make_map, random_actions, render_track, track_from_actions
 from .train import Trainer, TrainRecipe
 
@@ -98,15 +98,7 @@ class WorldTrainer(Trainer):
         batch = world_batch(self.seed, self.step, r.batch, r.clip_frames, self.map_size)
         g = step_generator(self.seed, self.step)
         x0 = batch.video
-        chunks = -(-r.clip_frames // FRAMES_PER_BLOCK)
-        sigma = training_sigmas(r.batch, chunks, DEMO_SIGMAS, g, r.p_schedule_sigma)
-        sigma = sigma.repeat_interleave(FRAMES_PER_BLOCK, dim=1)[:, : r.clip_frames]
-        noise = torch.randn(x0.shape, generator=g)
-        s = sigma[:, None, :, None, None]
-        noisy = (1 - s) * x0 + s * noise
-        context = corrupt_context(x0, FRAMES_PER_BLOCK, g, p=r.p_context_corruption)
-        for group in self.optimizer.param_groups:
-            group["lr"] = r.lr_at(self.step, time_fraction)
+        sigma, noise, noisy, context = self._noised(x0, g, time_fraction)
         text = self.forward.encode_text(self.text_encoder(self.tokenizer.batch([WORLD_PROMPT] * r.batch)))
         embedding = self.action_encoder.embed(batch.actions, batch.positions, self.sequence_frames)
         with added_to_time_embedding(self.model, embedding):
@@ -115,14 +107,7 @@ class WorldTrainer(Trainer):
             flow = self.forward(context, noisy, torch.zeros_like(sigma), 1000.0 * sigma, text)
         twins = slice(self.forward.noisy_frames.start, self.forward.noisy_frames.stop)
         loss = (flow - (noise - x0)[:, :, twins]).square().mean()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grad_norm_(params, r.grad_clip)
-        self.optimizer.step()
-        self._update_ema()
-        self.step += 1
-        return loss.item()
+        return self._apply(loss)
 
     @torch.no_grad()
     def _update_ema(self) -> None:
