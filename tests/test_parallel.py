@@ -194,9 +194,13 @@ def test_annsa_buckets_and_annca_pruning_agree_across_ranks(env, ckpt, tmp_path)
     a = load_file(str(tmp_path / "one.safetensors"))["latent"]
     b = load_file(str(tmp_path / "two.safetensors"))["latent"]
     assert relative_error(a, b) <= 1e-6
-    wrong = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                            str(script), str(ckpt), str(tmp_path / "wrong.safetensors"), "wrong-planes"], env=env,
-                           capture_output=True, text=True, timeout=240)
+    wrong_run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
+                 str(ckpt), str(tmp_path / "wrong.safetensors"), "wrong-planes"]
+    wrong = subprocess.run(wrong_run, env=env, capture_output=True, text=True, timeout=240)
+    if wrong.returncode != 0 and "SIGABRT" in wrong.stderr:
+        # Known and not yet understood: now and then (2 full runs in about 10, never alone) a rank of this
+        # negative control aborts. One retry keeps the check; a second abort fails it.
+        wrong = subprocess.run(wrong_run, env=env, capture_output=True, text=True, timeout=240)
     assert wrong.returncode == 0, wrong.stderr[-2000:]
     c = load_file(str(tmp_path / "wrong.safetensors"))["latent"]
     assert relative_error(a, c) > 1e-4  # the comparison sees ranks that bucket with another head's planes
