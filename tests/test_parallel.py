@@ -52,10 +52,16 @@ def ckpt(tmp_path_factory):
     return path
 
 
-def torchrun(env, args, ranks=2, timeout=240):
+def torchrun(env, args, ranks=2, timeout=240, module=True):
+    """``args`` (a ``comfyui_fastar`` command, or with ``module=False`` a script and its arguments) on ``ranks``
+    ranks. Retried once when a rank dies of SIGABRT: seen now and then in full suite runs (3 of about 10), never
+    with this file alone, cause not yet found; a second abort fails the test."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-           "-m", "comfyui_fastar", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+           *(["-m", "comfyui_fastar"] if module else []), *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0 and "SIGABRT" in done.stderr:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return done
 
 
 def relative_error(a, b):
@@ -184,9 +190,7 @@ def test_annsa_buckets_and_annca_pruning_agree_across_ranks(env, ckpt, tmp_path)
     one = subprocess.run([sys.executable, str(script), str(ckpt), str(tmp_path / "one.safetensors")], env=env,
                          capture_output=True, text=True, timeout=240)
     assert one.returncode == 0, one.stderr[-2000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                          str(script), str(ckpt), str(tmp_path / "two.safetensors")], env=env, capture_output=True,
-                         text=True, timeout=240)
+    two = torchrun(env, [str(script), str(ckpt), str(tmp_path / "two.safetensors")], module=False)
     assert two.returncode == 0, two.stderr[-2000:]
     for run in (one, two):  # sparse attention engaged (rank 0 reports the density of its own heads)
         densities = [float(x) for x in run.stdout.split("[")[1].rstrip("]\n").split(",") if x.strip() != "None"]
@@ -194,13 +198,7 @@ def test_annsa_buckets_and_annca_pruning_agree_across_ranks(env, ckpt, tmp_path)
     a = load_file(str(tmp_path / "one.safetensors"))["latent"]
     b = load_file(str(tmp_path / "two.safetensors"))["latent"]
     assert relative_error(a, b) <= 1e-6
-    wrong_run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
-                 str(ckpt), str(tmp_path / "wrong.safetensors"), "wrong-planes"]
-    wrong = subprocess.run(wrong_run, env=env, capture_output=True, text=True, timeout=240)
-    if wrong.returncode != 0 and "SIGABRT" in wrong.stderr:
-        # Known and not yet understood: now and then (2 full runs in about 10, never alone) a rank of this
-        # negative control aborts. One retry keeps the check; a second abort fails it.
-        wrong = subprocess.run(wrong_run, env=env, capture_output=True, text=True, timeout=240)
+    wrong = torchrun(env, [str(script), str(ckpt), str(tmp_path / "wrong.safetensors"), "wrong-planes"], module=False)
     assert wrong.returncode == 0, wrong.stderr[-2000:]
     c = load_file(str(tmp_path / "wrong.safetensors"))["latent"]
     assert relative_error(a, c) > 1e-4  # the comparison sees ranks that bucket with another head's planes
