@@ -39,7 +39,7 @@ from .prompts import PromptSchedule
 from .runner import CausalRunner, TextState, add_noise, flow_to_x0
 from .schedule import FIRST_CHUNK_SCHEDULES, DenoisingSchedule, get_schedule
 from .unipc import solve_chunk_unipc
-from .vae import RestartSpec, VideoVAE, check_vae, encode_frame, open_stream, pixel_frames
+from .vae import LatentStream, RestartSpec, VideoVAE, check_vae, encode_frame, open_stream, pixel_frames
 
 SAMPLER_MODES = ("chunk", "rolling")
 MODE_CHOICES = ("auto", *SAMPLER_MODES)  # auto: rolling for the Rolling Forcing schedule, chunk otherwise
@@ -629,7 +629,7 @@ class DecodedTail:
 
     def __init__(self, vae: VideoVAE, latent: torch.Tensor):
         self.vae, self.latent = vae, latent
-        self.stream = None
+        self.stream: LatentStream | None = None
         self.done = 0  # latent frames decoded
         self.last: torch.Tensor | None = None
 
