@@ -285,6 +285,9 @@ class ARSampler:
             vae = check_vae(vae)
         cond = Conditioning.coerce(prompts)
         self.runner.family.check_rollout(cfg, cond)
+        if cfg.restart.enabled and self.runner.family.name != "wan":
+            raise FastARError(f"restart_every is CausVid's long video, for a Wan text-to-video model; this model is "
+                              f"{self.runner.family.describe()}, whose own caches a restart would not empty")
         schedule_prompts = cond.prompts
         grid_hw = self.runner.grid_hw(cfg.latent_height, cfg.latent_width)
         n_init = 0

@@ -130,3 +130,13 @@ def test_krea_context_rule_when_the_context_is_not_whole_chunks():
     assert cache.context_frames(9, 3) == [5, 6, 7, 8] and cache.reencoded_frame(9, 3) == 5
     keep = CacheSpec(policy="recompute", sink_frames=1, window_frames=7).build(shape, 30)
     assert keep.context_frames(9, 3) == [0, 6, 7, 8] and keep.reencoded_frame(9, 3) is None
+
+
+def test_restart_refuses_a_model_with_caches_of_its_own():
+    from matrix_game_models import conditioning, tiny_runner
+
+    runner = tiny_runner()
+    cfg = RolloutConfig(num_frames=9, latent_height=4, latent_width=6, schedule=runner.model.config.schedule_name,
+                        cache=CacheSpec(policy="global"), restart=RestartSpec(every=6, overlap=3))
+    with pytest.raises(FastARError, match="for a Wan text-to-video model; this model is .*would not empty"):
+        ARSampler(runner).generate(conditioning(9), cfg, vae=ToyVAE())
