@@ -10,6 +10,9 @@ in one forward; each call finishes the oldest chunk, whose clean pass alone is c
 A cache that rebuilds itself (Krea Realtime's recompute) is refilled before every chunk by clean passes over
 the context it names, at positions 0..; the chunk then runs right after that context and is not committed.
 
+Two loops take a VAE (``vae.py``): CausVid's long video restarts a fresh rollout every ``restart.every`` frames
+from re-encoded decoded frames, and Krea's recompute without its first frame re-encodes the oldest context frame.
+
 All noise comes from generators seeded per (seed, chunk, step); nothing reads the global RNG. Within one
 (seed, chunk, step) the batch items are successive draws, as ComfyUI's ``prepare_noise`` draws a batch: item i's
 noise is the i-th draw whatever the batch size, so a batch item can be remade alone from its ``batch_index``.
@@ -36,10 +39,12 @@ from .prompts import PromptSchedule
 from .runner import CausalRunner, TextState, add_noise, flow_to_x0
 from .schedule import FIRST_CHUNK_SCHEDULES, DenoisingSchedule, get_schedule
 from .unipc import solve_chunk_unipc
+from .vae import LatentStream, RestartSpec, VideoVAE, check_vae, encode_frame, open_stream, pixel_frames
 
 SAMPLER_MODES = ("chunk", "rolling")
 MODE_CHOICES = ("auto", *SAMPLER_MODES)  # auto: rolling for the Rolling Forcing schedule, chunk otherwise
 ROLLING_SCHEDULES = ("rolling-forcing",)
+RESTART_POLICIES = ("global", "window")  # the caches a CausVid restart empties (its own is global)
 FRAMES_PER_BLOCK = 3  # the Self-Forcing family's chunk; the default of every entry point
 
 
@@ -78,6 +83,15 @@ class RolloutConfig:
     # LongLive 2.0's image-to-video: the one initial latent frame is frame 0 of the first chunk, held there (at
     # timestep 0) before and after every step, instead of being committed as clean context before the rollout
     image_in_first_chunk: bool = False
+    # CausVid's long video: a fresh rollout every ``restart.every`` frames from VAE re-encoded frames (vae.py)
+    restart: RestartSpec = field(default_factory=RestartSpec)
+
+    def vae_needed(self) -> str | None:
+        """Why this rollout needs a VAE, or None."""
+        if self.restart.enabled:
+            return (f"restart_every {self.restart.every} is CausVid's long video, whose every rollout starts from "
+                    "the VAE re-encode of a decoded frame")
+        return self.cache.policy_class.vae_needed(self.cache)
 
     @property
     def sampler_mode(self) -> str:
@@ -124,6 +138,13 @@ class RolloutConfig:
         if self.sampler_mode == "rolling" and self.cache.policy_class.rebuilds_each_chunk:
             raise FastARError(f"the {self.cache.policy} cache rebuilds itself before every chunk, which needs "
                               "sampler mode 'chunk'")
+        self.restart.validate(self.frames_per_block)
+        if self.restart.enabled and (self.sampler_mode != "chunk" or self.cache.policy not in RESTART_POLICIES
+                                     or self.multishot is not None or self.image_in_first_chunk):
+            raise FastARError(f"restart_every (CausVid's long video) restarts a dense cache one chunk at a time: it "
+                              f"needs sampler mode 'chunk' and cache policy {' or '.join(RESTART_POLICIES)} (got "
+                              f"{self.sampler_mode!r}, {self.cache.policy!r}), no multi-shot prompts and no image in "
+                              "the first chunk")
         return schedule
 
 
@@ -241,6 +262,7 @@ class ARSampler:
         step_callback: Callable[[int, int], None] | None = None,
         output_device=None,
         initial_noise: torch.Tensor | None = None,
+        vae: VideoVAE | None = None,
     ) -> RolloutResult:
         """Generate ``cfg.num_frames`` latent frames. ``callback`` gets a report per finished chunk,
         ``step_callback(done, total)`` every forward, ``cancel()`` is polled between steps.
@@ -249,10 +271,23 @@ class ARSampler:
         each chunk's first step, as ComfyUI's NOISE input does; re-noising between steps stays seeded.
 
         ``prompts``: text prompts (a tensor, a list of segments, a ``PromptSchedule``), or a ``Conditioning``
-        for families conditioned on more (image latents, CLIP-vision features, actions)."""
+        for families conditioned on more (image latents, CLIP-vision features, actions).
+
+        ``vae`` (``fastar_core.vae.VideoVAE``): needed where the family's loop decodes and re-encodes frames
+        (CausVid's restarts, Krea's recompute without its first frame); unused otherwise."""
         schedule = cfg.validate()
+        needs = cfg.vae_needed()
+        if needs is not None and vae is None:
+            raise FastARError(f"{needs}: give a VAE (the Long Video Sampler's 'vae' input; ARSampler.generate(vae=...)"
+                              "; the command line loads none)" + (", or keep the first frame (sink_frames 1)"
+                                                                  if not cfg.restart.enabled else ""))
+        if needs is not None:
+            vae = check_vae(vae)
         cond = Conditioning.coerce(prompts)
         self.runner.family.check_rollout(cfg, cond)
+        if cfg.restart.enabled and self.runner.family.name != "wan":
+            raise FastARError(f"restart_every is CausVid's long video, for a Wan text-to-video model; this model is "
+                              f"{self.runner.family.describe()}, whose own caches a restart would not empty")
         schedule_prompts = cond.prompts
         grid_hw = self.runner.grid_hw(cfg.latent_height, cfg.latent_width)
         n_init = 0
@@ -263,6 +298,9 @@ class ARSampler:
                 raise FastARError(f"initial latents have shape {list(initial_latents.shape)}; expected "
                                   f"[{cfg.batch}, {cfg.channels}, frames, {cfg.latent_height}, {cfg.latent_width}]")
             n_init = initial_latents.shape[2]
+            if cfg.restart.enabled:
+                raise FastARError("restart_every (CausVid's long video) starts from text alone; it takes no initial "
+                                  "latents (start image)")
         first_frame = None
         if initial_latents is not None and cfg.image_in_first_chunk:
             if n_init != 1:
@@ -276,11 +314,13 @@ class ARSampler:
         if initial_noise is not None and tuple(initial_noise.shape) != tuple(latent.shape):
             raise FastARError(f"initial noise has shape {list(initial_noise.shape)}; expected {list(latent.shape)} "
                               "(the output latent, initial frames included)")
-        cache = self.build_cache(cfg, total, grid_hw)
+        # A restarted rollout's positions start again at 0: its cache holds one rollout's frames.
+        cache = self.build_cache(cfg, min(total, cfg.restart.every) if cfg.restart.enabled else total, grid_hw)
         loop = RolloutLoop(runner=self.runner, cfg=cfg, schedule=schedule, first_schedule=cfg.first_schedule(schedule),
                            prompts=schedule_prompts, cond=cond, latent=latent,
                            plan=plan, cache=cache, noise=self.noise_source(cfg), initial_noise=initial_noise,
-                           callback=callback, cancel=cancel, step_callback=step_callback, first_frame=first_frame)
+                           callback=callback, cancel=cancel, step_callback=step_callback, first_frame=first_frame,
+                           vae=vae if needs is not None else None)
         self.runner.attention.begin_rollout(self.runner.num_layers)
         start = time.perf_counter()
         # Kernel checks turned off by the attention's config stay off for this rollout only.
@@ -316,7 +356,7 @@ class RolloutLoop:
                  first_schedule: DenoisingSchedule, prompts: PromptSchedule | None, latent: torch.Tensor,
                  plan: RolloutPlan, cache: CacheSet | KVCache, noise: NoiseSource, cond: Conditioning | None = None,
                  initial_noise: torch.Tensor | None = None, callback=None, cancel=None, step_callback=None,
-                 first_frame: torch.Tensor | None = None):
+                 first_frame: torch.Tensor | None = None, vae: VideoVAE | None = None):
         self.runner = runner
         self.cfg = cfg
         self.schedule = schedule
@@ -340,6 +380,10 @@ class RolloutLoop:
         self.shot = 0  # shots started so far (multi-shot prompts)
         self.first_frame = first_frame  # the image latent held as the first chunk's frame 0 (image_in_first_chunk)
         self.last_report = time.perf_counter()
+        self.vae = vae
+        self.decoded = DecodedTail(vae, latent) if vae is not None else None  # Krea's streaming decode
+        # CausVid's restarts: the clean frames the rollout in progress started from (None for the first one)
+        self.rollout_head: torch.Tensor | None = None
 
     # -- helpers ----------------------------------------------------------------------------------------------
     def _start_noise(self, chunk: int) -> torch.Tensor:
@@ -424,11 +468,49 @@ class RolloutLoop:
         and return the position the chunk starting at ``frame_start`` runs at."""
         fpb = self.cfg.frames_per_block
         frames = self.cache.context_frames(frame_start, fpb)  # type: ignore[attr-defined]
+        reencoded = self.cache.reencoded_frame(frame_start, fpb)  # type: ignore[attr-defined]
         self.cache.reset()  # type: ignore[attr-defined]
-        context = self.latent[:, :, frames].to(self.runner.device)
+        context = self.latent[:, :, frames].to(self.runner.device)  # a copy: the output keeps its latents
+        if reencoded is not None:  # Krea without keep_first_frame: the oldest one through the VAE
+            assert self.decoded is not None and self.vae is not None and frames[0] == reencoded
+            context[:, :, :1] = encode_frame(self.vae, self.decoded.last_pixel(reencoded), context[:, :, :1])
         for pos in range(0, len(frames), fpb):
             self._clean_pass(-1, context[:, :, pos:pos + fpb], pos)
         return len(frames)
+
+    def _restart(self, frame_start: int) -> None:
+        """CausVid's long-video restart (its script's loop): the rollout that just ended (the clean frames it started
+        from, then its own) is decoded from a fresh VAE state up to the pixel frame it re-encodes; that latent and
+        the rollout's last ``overlap - 1`` latent frames are the new rollout's first frames, written to the emptied
+        cache by clean passes at positions 0.. as its first blocks (``start_latents`` at timestep 0)."""
+        spec, fpb = self.cfg.restart, self.cfg.frames_per_block
+        assert self.vae is not None
+        own = spec.every if self.rollout_head is None else spec.new_frames  # the output frames the rollout made
+        finished = self.latent[:, :, frame_start - own:frame_start].to(self.runner.device)
+        if self.rollout_head is not None:
+            finished = torch.cat([self.rollout_head, finished], dim=2)
+        # The script re-encodes video[:, -4 * (overlap - 1) - 1] of the whole rollout's decode: the last pixel
+        # frame of latent every - overlap. Decoding is causal, so the latents up to that one decode it the same.
+        upto = spec.every - spec.overlap + 1
+        pixels = self.vae.decode(finished[:, :, :upto])
+        if pixels.ndim != 5 or pixels.shape[2] != pixel_frames(upto):
+            raise FastARError(f"the VAE decoded {upto} latent frames into {list(pixels.shape)}; expected [B, 3, "
+                              f"{pixel_frames(upto)}, H, W]")
+        first = encode_frame(self.vae, pixels[:, :, -1:], finished[:, :, :1])
+        self.rollout_head = torch.cat([first, finished[:, :, upto:]], dim=2)
+        self.cache.reset()
+        for pos in range(0, spec.overlap, fpb):
+            self._clean_pass(-1, self.rollout_head[:, :, pos:pos + fpb], pos)
+
+    def _position(self, frame_start: int) -> int:
+        """The position the chunk starting at output frame ``frame_start`` runs at (after a restart, if it starts
+        a new rollout)."""
+        spec = self.cfg.restart
+        if not spec.enabled:
+            return frame_start + self._shot_offset(frame_start)
+        if spec.segment_start(frame_start):
+            self._restart(frame_start)
+        return spec.position(frame_start)
 
     def _shot_offset(self, frame_start: int) -> int:
         """RoPE frames the chunk starting at ``frame_start`` is shifted by (multi-shot prompts; else 0)."""
@@ -476,7 +558,7 @@ class RolloutLoop:
             self.runner.family.before_chunk(self.cond, f0, frames)
             schedule = self.first_schedule if c == 0 else self.schedule
             sigmas = schedule.sigmas
-            position = self._rebuild(f0) if rebuilds else f0 + self._shot_offset(f0)
+            position = self._rebuild(f0) if rebuilds else self._position(f0)
             x = self._start_noise(c)
             x0 = None
             if schedule.solver == "unipc":  # LongLive 2.0: multistep UniPC, no re-noising
@@ -492,7 +574,8 @@ class RolloutLoop:
                     x = add_noise(x0, self.noise(c, s + 1, frames), nxt)
                 self._tick()
             self._check_finite(x0, c)
-            if c < last and not rebuilds:  # the final chunk's keys would never be read
+            # The final chunk's keys would never be read, nor those of a rollout's last chunk before a restart.
+            if c < last and not rebuilds and not self.cfg.restart.segment_start(f0 + frames):
                 shots = self.cfg.multishot
                 if shots is not None and shots.pin_shot_sink and starts_shot(self.prompts, f0):
                     self.cache.pin(range(position, position + frames))  # type: ignore[attr-defined]
@@ -541,3 +624,30 @@ class RolloutLoop:
                 self._report(b, self.plan[b][0], x0, now - self.last_report)
                 self.last_report = now
             self._tick()
+
+
+class DecodedTail:
+    """The rollout's output latents decoded as they are needed, through one causal stream (Krea decodes every
+    block as it is made), each latent frame once: the last pixel frame of the most recent latent asked for."""
+
+    def __init__(self, vae: VideoVAE, latent: torch.Tensor):
+        self.vae, self.latent = vae, latent
+        self.stream: LatentStream | None = None
+        self.done = 0  # latent frames decoded
+        self.last: torch.Tensor | None = None
+
+    def last_pixel(self, frame: int) -> torch.Tensor:
+        """Pixels ``[B, 3, 1, H, W]``: the last pixel frame latent ``frame`` decodes to."""
+        if frame < self.done - 1:
+            raise FastARError(f"latent frame {frame} was decoded and passed already (the stream is at {self.done})")
+        if frame >= self.done:
+            if self.stream is None:
+                self.stream = open_stream(self.vae)
+            pixels = self.stream.decode(self.latent[:, :, self.done:frame + 1])
+            want = pixel_frames(frame + 1) - pixel_frames(self.done)
+            if pixels.ndim != 5 or pixels.shape[2] != want:
+                raise FastARError(f"the VAE decoded latent frames {self.done}..{frame} into {list(pixels.shape)}; "
+                                  f"expected [B, 3, {want}, H, W]")
+            self.last, self.done = pixels[:, :, -1:], frame + 1
+        assert self.last is not None
+        return self.last

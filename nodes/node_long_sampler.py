@@ -29,6 +29,7 @@ from .model_access import check_model_input, diffusion_model_of, model_vae_strid
 from .prompting import ARPromptSchedule, as_schedule, conditioning_entry, core_start_latent, with_core_start_image
 from .rollout import RolloutSettings, resolve_settings_for, run_rollout
 from .upstream import ignored_conditioning, ignored_model_patches, ignored_shift
+from .vae_loop import ComfyVideoVAE
 from .world import world_inputs
 
 log = logging.getLogger("FAST-AR")
@@ -135,6 +136,17 @@ class LongVideoSampler:
                                                   "batch item i of the seed, as in ComfyUI's own batches: video 0 is "
                                                   "the batch_size 1 video. A prompt or start image of batch 1 is "
                                                   "shared; one of batch_size gives each video its own."),
+                "vae": link("VAE", "The Wan2.1 VAE, for the models whose own sampler decodes and re-encodes frames "
+                                   "while it runs: CausVid's long video (restart_every) and Krea Realtime with "
+                                   "keep_first_frame off (recompute, sink_frames 0). Unused otherwise; those two "
+                                   "refuse to run without it."),
+                "restart_every": int_input(0, 0, 4096, "CausVid's long video: every this many latent frames (CausVid: "
+                                                       "21) a fresh rollout starts, its cache emptied, from the VAE "
+                                                       "re-encode of one decoded frame and the last restart_overlap "
+                                                       "- 1 latent frames (needs 'vae', cache global or window). 0: "
+                                                       "one rollout that keeps its cache.", step=3),
+                "restart_overlap": int_input(3, 1, 64, "Latent frames a restarted rollout starts from (CausVid's "
+                                                       "--num_overlap_frames: 3), a multiple of frames_per_block."),
             },
         }
 
@@ -149,7 +161,7 @@ class LongVideoSampler:
     def sample(self, model, positive, width, height, length, frames_per_block=FRAMES_PER_BLOCK,
                schedule="Self-Forcing 4-step", mode="auto", seed=0, cache_policy="auto", sink_frames=SINK_FRAMES,
                window_frames=WINDOW_FRAMES, context_noise=0.0, sigmas=None, first_chunk_sigmas=None, actions=None,
-               batch_size=1):
+               batch_size=1, vae=None, restart_every=0, restart_overlap=3):
         host = get_host()
         total_frames = check_video_frames("length", length)
         check_model_input(model)
@@ -181,6 +193,7 @@ class LongVideoSampler:
             mode=mode, seed=seed, cache_policy=cache_policy, sink_frames=sink_frames, window_frames=window_frames,
             context_noise=context_noise,
             first_chunk_schedule=None if first_chunk_sigmas is None else first_chunk_sigmas.detach().float().cpu(),
+            restart_every=restart_every, restart_overlap=restart_overlap,
         )
         if world_config is not None and cache_policy == "auto" \
                 and resolve_settings_for(ar_model, settings).cache.policy == "global":
@@ -189,7 +202,12 @@ class LongVideoSampler:
                                sink_frames=0)
             notes.append(f"cache 'auto' is Matrix-Game 2.0 {world_config.variant}'s own: a window of "
                          f"{world_config.local_attn_size} latent frames, no sink")
+        if restart_every:
+            notes.append(f"CausVid's long video: a fresh rollout every {restart_every} latent frames from "
+                         f"{restart_overlap} clean ones (the first a VAE re-encode of a decoded frame); the LATENT is "
+                         "the first rollout, then each later one's new frames")
+        loop_vae = None if vae is None else ComfyVideoVAE(vae, ar_model.latent_format, host, model)
         outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host, notes=notes,
-                              batch=batch_size, world=world)
+                              batch=batch_size, world=world, vae=loop_vae)
         latent = ar_model.latent_format.process_out(outcome.latent).to(host.intermediate_device())
         return ({"samples": latent}, outcome.report)

@@ -17,6 +17,7 @@ from ..fastar_core.errors import FastARError, GenerationCancelled
 from ..fastar_core.sampler import FRAMES_PER_BLOCK, RolloutConfig, RolloutResult, plan_rollout
 from ..fastar_core.sampler import resolve_mode as engine_resolve_mode
 from ..fastar_core.schedule import get_schedule
+from ..fastar_core.vae import RestartSpec
 from ..fastar_core.video_geometry import pixel_size
 from .model_access import ARModel
 from .prompting import ARPromptSchedule, ScheduledPrompt
@@ -38,6 +39,10 @@ class RolloutSettings:
     window_frames: int = WINDOW_FRAMES
     context_noise: float = 0.0
     first_chunk_schedule: object = None  # the first chunk's own step list (preset name or sigmas); None: preset's
+    # CausVid's long video: a fresh rollout every restart_every latent frames (0: never), from restart_overlap
+    # clean frames (a VAE re-encode first)
+    restart_every: int = 0
+    restart_overlap: int = 3
 
 
 @dataclass
@@ -103,10 +108,12 @@ def item_schedule(schedule: ARPromptSchedule, r: int) -> ARPromptSchedule:
 
 def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, latent_h: int, latent_w: int,
                 settings: RolloutSettings, host, start_noise: torch.Tensor | None = None,
-                notes=(), batch: int = 1, batch_index=None, world: WorldInputs | None = None) -> RolloutOutcome:
+                notes=(), batch: int = 1, batch_index=None, world: WorldInputs | None = None,
+                vae=None) -> RolloutOutcome:
     """``batch`` videos, one after another (a video's memory, not a batch's); video r takes row r of the prompt,
     start image and start noise (or their only row) and is batch item ``batch_index[r]`` (default r) of every
-    noise stream, so it equals that item made alone bit for bit."""
+    noise stream, so it equals that item made alone bit for bit. ``vae``: the engine's ``VideoVAE`` (ComfyUI's
+    wrapped, ``vae_loop``), for the loops that re-encode decoded frames."""
     if batch < 1:
         raise FastARError(f"batch_size must be at least 1, got {batch}")
     items = tuple(range(batch)) if batch_index is None else tuple(int(i) for i in batch_index)
@@ -142,7 +149,8 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
                         frames_per_block=settings.frames_per_block, schedule=sched, seed=settings.seed,
                         cache=engine.cache, context_noise=settings.context_noise, mode=mode, batch=1,
                         channels=model.latent_channels, first_chunk_schedule=settings.first_chunk_schedule,
-                        image_in_first_chunk=in_chunk)
+                        image_in_first_chunk=in_chunk,
+                        restart=RestartSpec(settings.restart_every, settings.restart_overlap))
 
     plan = plan_rollout(cfg, sched, 0 if in_chunk else n_init)
     n_chunks = len(plan.chunks)
@@ -180,7 +188,7 @@ def run_rollout(model: ARModel, schedule: ARPromptSchedule, total_frames: int, l
             results.append(sampler.generate(cond, item_cfg, initial_latents=init, callback=on_chunk,
                                             cancel=host.interrupted, step_callback=on_step,
                                             output_device=host.intermediate_device(),
-                                            initial_noise=item_of(start_noise, r)))
+                                            initial_noise=item_of(start_noise, r), vae=vae))
     except GenerationCancelled:
         host.raise_interrupted()
         raise

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 REFERENCE_DIR = os.environ.get("FASTAR_REFERENCE_DIR")
 # Top-level names the references use for their own packages; cleared before and after each one.
 REFERENCE_TOPLEVEL = ("wan", "wan_5b", "utils", "pipeline", "model", "demo_utils", "trainer", "causvid", "settings",
-                      "release_server", "diffusers", "einops")
+                      "release_server", "v2v", "minimal_inference", "diffusers", "einops")
 
 
 def reference_root(name: str) -> Path:

@@ -96,6 +96,20 @@ def test_generate_with_fastar_reports_groups_density_and_recall(ckpt, tmp_path):
     assert 0 < late["density"] <= 1 and 0 < late["recall"] <= 1
 
 
+def test_generate_refuses_krea_without_its_first_frame_and_notes_causvid_past_one_rollout(ckpt, tmp_path, capsys):
+    """The command line loads no VAE: Krea's keep_first_frame off (recompute, sink 0) re-encodes decoded frames, so
+    it is refused; CausVid past 21 frames runs as one rollout, and says that its own long video restarts."""
+    base = ["generate", "--checkpoint", str(ckpt), "--height", "32", "--width", "32", "--device", "cpu"]
+    krea = base + ["--frames", "9", "--out", str(tmp_path / "k"), "--cache", "recompute", "--sink", "0",
+                   "--window", "6", "--schedule", "krea"]
+    assert main(krea) == 2
+    err = capsys.readouterr().err
+    assert "--cache recompute --sink 0" in err and "loads no VAE: use --sink 1" in err
+    assert not (tmp_path / "k").exists()
+    assert main(base + ["--frames", "24", "--out", str(tmp_path / "c"), "--schedule", "causvid"]) == 0
+    assert "CausVid's own long video restarts every 21 latent frames" in capsys.readouterr().out
+
+
 def test_generate_rejects_bad_sizes(ckpt, tmp_path, capsys):
     args = ["generate", "--checkpoint", str(ckpt), "--frames", "3", "--height", "60", "--width", "64",
             "--out", str(tmp_path / "x"), "--device", "cpu"]

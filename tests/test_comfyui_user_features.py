@@ -4,7 +4,8 @@ Long Video Sampler's batch_size (video 0 equals the batch-1 video bit for bit), 
 the Long Video Sampler (compiled with the inductor, equal to eager), ModelSamplingSD3's shift named in the
 report, a kohya-format LoRA merged by the pack's loader equal to ComfyUI's LoraLoaderModelOnly, and a Wan2.2
 TI2V-5B model (LongLive 2.0's) through the pack's loader and core's, the pack's samplers, the Wan2.2 VAE's streaming
-decode against VAE Decode and a start image (tests/comfyui_wan22.py)."""
+decode against VAE Decode and a start image (tests/comfyui_wan22.py); the Long Video Sampler's VAE input with
+ComfyUI's own Wan2.1 VAE for CausVid's restarts and Krea's re-encoded first frame (tests/comfyui_vae_loop.py)."""
 
 
 import pytest
@@ -99,3 +100,24 @@ def test_wan22_start_image_is_frame_0_of_the_video(wan22):
     r = figures(wan22, "image_to_video_with_the_wan22_vae")
     assert r["latent_shape"] == [1, 48, 24, 4, 4] and r["start_shape"] == [1, 48, 1, 4, 4], r
     assert r["frame0_vs_start"] <= 1e-5 * max(1.0, r["start_abs_max"]) and r["changed_by_image"] > 0.1, r
+
+
+@pytest.fixture(scope="module")
+def vae_loop(host):
+    return run_in_host(host, "comfyui_vae_loop.py", timeout=900)
+
+
+def test_vae_input_runs_causvid_restarts_through_comfyui_s_vae(vae_loop):
+    r = figures(vae_loop, "causvid_restarts_through_comfyui_s_vae")
+    assert r["refused_without_vae"] and r["finite"] and r["report_says"], r
+    assert r["shape"] == [1, 16, 12, 4, 4]
+    assert r["first_rollout_equal"] and r["later_differ"], r  # the first rollout is a plain one; restarts change
+    # Two restarts, each decoding its rollout up to latent 3 (4 latent frames) and encoding one 32x32 IMAGE frame.
+    assert r["decode_calls"] == [[1, 16, 4, 4, 4]] * 2 and r["encode_calls"] == [[1, 32, 32, 3]] * 2, r
+
+
+def test_vae_input_runs_krea_reencodes_through_comfyui_s_vae(vae_loop):
+    r = figures(vae_loop, "krea_reencode_through_comfyui_s_vae")
+    assert r["refused_without_vae"] and r["finite"], r
+    assert r["first_two_chunks_equal"] and r["later_differ"], r  # keep_first_frame on and off agree until frame 6
+    assert r["encode_calls"] == [[1, 32, 32, 3]] * 2, r  # chunks at 6 and 9 re-encode one frame each

@@ -14,7 +14,8 @@ def add_cache_arguments(p) -> None:
                    help="cache policy (auto: tempcache when the FAST-AR preset turns it on, else global)")
     g.add_argument("--sink", type=int, help=f"sink frames kept for good (window, rolling, tempcache; default "
                                             f"{SINK_FRAMES}); recompute: first frames kept in its context (Krea "
-                                            "keep_first_frame: 1)")
+                                            "keep_first_frame: 1; 0 re-encodes through a VAE, which the command "
+                                            "line does not load)")
     g.add_argument("--window", type=int, help="frames a chunk attends to, the sink and the chunk included (window and "
                                               f"recompute caches; LongLive 12, Krea 6; default {WINDOW_FRAMES})")
 

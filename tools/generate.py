@@ -26,6 +26,8 @@ from ..fastar_core.sampler import RolloutConfig
 from . import checks
 from .outputs import LATENT_FILE, STATS_FILE, run_lock, write_run
 
+CAUSVID_ROLLOUT = 21  # latent frames of one CausVid rollout (its cache), after which its script restarts
+
 
 def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int = 24) -> torch.Tensor:
     """UMT5-shaped stand-in: ``used`` random token rows, the rest zero-padded like a real prompt."""
@@ -88,10 +90,18 @@ def _run(args, inputs, device, parallel) -> int:
                             cache=spec, mode=args.mode, channels=cfg.in_dim,
                             first_chunk_schedule=getattr(args, "first_schedule", None))
     rollout.validate()
+    needs_vae = rollout.vae_needed()
+    if needs_vae is not None:  # the command line loads no VAE (it writes latents)
+        raise FastARError(f"--cache recompute --sink 0: {needs_vae}, and the command line loads no VAE: use --sink 1 "
+                          "(keep_first_frame on), or the Long Video Sampler node with its 'vae' input")
     if parallel is not None:
         _, ph, pw = cfg.patch_size
         parallel.check_geometry(cfg.num_heads, (args.height // stride // ph) * (args.width // stride // pw))
         check_settings(spec, fastar)
+    if is_main and args.schedule == "causvid" and args.frames > CAUSVID_ROLLOUT:
+        print(f"note: CausVid's own long video restarts every {CAUSVID_ROLLOUT} latent frames from VAE re-encoded "
+              "frames; the command line loads no VAE, so this rollout keeps one cache past them (the Long Video "
+              "Sampler node with a VAE and restart_every 21 runs CausVid's restarts)")
     checks.check_rollout_memory(args, cfg, device, planned_cache_bytes(spec, cfg, args, ckpt.dtype))
     if ckpt.mixed_dtypes:
         print(f"note: the file mixes dtypes {ckpt.file_dtypes}; all weights run as {ckpt.summary()['dtype']}")

@@ -132,6 +132,11 @@ class KVCache(ABC):
         return 0
 
     @classmethod
+    def vae_needed(cls, spec) -> str | None:
+        """Why a rollout with this cache needs a VAE (it re-encodes decoded frames), or None."""
+        return None
+
+    @classmethod
     def recache_start(cls, spec, frame_start: int, frames: int) -> int:
         """First frame a prompt switch at ``frame_start`` re-encodes when asked for ``frames`` frames (LongLive's
         recache). When they reach back to frame 0 (a switch within the first window) the recache starts there

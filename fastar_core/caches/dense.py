@@ -159,6 +159,14 @@ class DenseKVCache(KVCache):
                     self.slot_frame[layer][slot] = -1
                     self.bias[layer, self._token_index([slot])] = float("-inf")
 
+    def reset(self) -> None:
+        """Empty every layer, as a fresh cache (Krea's rebuild, CausVid's restart): nothing is read from before."""
+        for layer in range(self.num_layers):
+            self.versions[layer] += 1
+            self.slot_frame[layer] = [-1] * self.capacity_frames
+            self.high_water[layer] = 0
+        self.bias.fill_(float("-inf"))
+
     def _read(self, layer: int, tokens) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of ``tokens`` (an index tensor or a slice) in the cache's dtype: the stored tensors themselves
         (a slice is a view), or int8 ones dequantized into a fresh copy."""
@@ -393,9 +401,9 @@ class RecomputeCache(DenseKVCache):
     in chunks, over a context of ``window_frames - frames_per_block`` frames (Krea's ``kv_cache_num_frames``)
     placed at positions 0.., and the chunk is denoised at the position right after it; no clean pass follows
     the chunk. The context is the ``sink_frames`` first frames (Krea's ``keep_first_frame`` is 1) and the most
-    recent frames. Krea, without ``keep_first_frame``, re-encodes through the VAE the first pixel frame of the
-    oldest context latent once frame 0 leaves the window; with no VAE in the engine that latent stands in as
-    it is, so sink 0 gives the most recent frames alone."""
+    recent frames. With sink 0 (``keep_first_frame`` off, its server's default) it is Krea's other rule: once a
+    chunk starts ``frames_per_block`` or more frames past the context, the oldest context frame is replaced by
+    the VAE re-encode of its last decoded pixel frame (``reencoded_frame``); before that, frame 0 stays first."""
 
     policy = "recompute"
     rebuilds_each_chunk = True
@@ -442,18 +450,28 @@ class RecomputeCache(DenseKVCache):
                 f"sink_frames ({spec.sink_frames}), plus the chunk"
             )
 
+    @classmethod
+    def vae_needed(cls, spec) -> str | None:
+        if spec.sink_frames == 0:
+            return ("the recompute cache with sink_frames 0 is Krea's keep_first_frame off, which re-encodes a "
+                    "decoded frame through the VAE")
+        return None
+
     def context_frames(self, frame_start: int, frames_per_block: int) -> list[int]:
-        """The latent frames the cache is rebuilt from before the chunk starting at ``frame_start``."""
+        """The latent frames the cache is rebuilt from before the chunk starting at ``frame_start``
+        (``get_clean_context_frames``: frame 0 first while ``frame_start`` is under the context plus one chunk,
+        and always with ``keep_first_frame``)."""
         size = self.window_frames - frames_per_block
         if frame_start <= size:
             return list(range(frame_start))
-        anchor = list(range(self.anchor_frames))
-        return anchor + list(range(frame_start - (size - len(anchor)), frame_start))
+        anchor = self.anchor_frames if self.anchor_frames or frame_start >= size + frames_per_block else 1
+        return list(range(anchor)) + list(range(frame_start - (size - anchor), frame_start))
 
-    def reset(self) -> None:
-        """Empty every layer (the start of a rebuild)."""
-        for layer in range(self.num_layers):
-            self.versions[layer] += 1
-            self.slot_frame[layer] = [-1] * self.capacity_frames
-            self.high_water[layer] = 0
-        self.bias.fill_(float("-inf"))
+    def reencoded_frame(self, frame_start: int, frames_per_block: int) -> int | None:
+        """The context frame (the first of ``context_frames``) that Krea replaces by the VAE re-encode of its last
+        decoded pixel frame, or None: with sink 0, once ``frame_start`` is the context plus a chunk or more
+        (its ``(block_idx - 1) * num_frame_per_block >= kv_cache_num_frames``)."""
+        size = self.window_frames - frames_per_block
+        if self.anchor_frames or frame_start < size + frames_per_block:
+            return None
+        return frame_start - size
