@@ -147,15 +147,17 @@ class TempCache(KVCache):
                 and settings.merge_scope == "head" and settings.threshold - COSINE_SLACK > SEARCH_MARGIN)
 
     # -- matching -------------------------------------------------------------------------------------------
-    def _top1(self, layer, new_k, reps, valid):
+    def _top1(self, layer, new_k, reps, valid, lo):
+        """Top-1 of ``new_k`` among ``reps``, the slots from ``lo`` on (``valid``: which may take members); the
+        index counts from ``lo``."""
         if self.search is not None:
-            hw = reps.shape[2]
-            search = self.search[layer][:, :, :hw]
+            hi = lo + reps.shape[2]
+            search = self.search[layer][:, :, lo:hi]
             if self.settings.merge_when == "full" or self.settings.max_spread_frames:  # candidates beyond the form's
                 search = search * valid[..., None].to(search.dtype)
             return quantized_top1(new_k, search, reps, self.settings.threshold - COSINE_SLACK,
                                   candidates=self.settings.matcher_candidates, b_valid=valid,
-                                  b_positions=self.pos[layer][:, :, :hw] if self.keys_rotated else None)
+                                  b_positions=self.pos[layer][:, :, lo:hi] if self.keys_rotated else None)
         if self.settings.merge_scope == "shared":
             # Mean cosine over heads = cosine of the concatenation of per-head unit vectors.
             def flat(x):
@@ -169,8 +171,8 @@ class TempCache(KVCache):
         if self.settings.threshold > COSINE_SLACK:
             # A merge needs a cosine of at least the threshold, above 0, which an excluded entry zeroed out
             # (cosine 0) can never reach: the same merges as masking it to -inf, without a mask over the scores.
-            return exact_top1(new_k, reps * valid[..., None].to(reps.dtype), None,
-                              min_score=self.settings.threshold - COSINE_SLACK)
+            live = reps if bool(valid.all()) else reps * valid[..., None].to(reps.dtype)
+            return exact_top1(new_k, live, None, min_score=self.settings.threshold - COSINE_SLACK)
         return exact_top1(new_k, reps, valid)
 
     # -- writing --------------------------------------------------------------------------------------------
@@ -235,20 +237,23 @@ class TempCache(KVCache):
         B, H, N, D = k_new.shape
         C = self.capacity
         K, V, count, pos, upd = self.k[layer], self.v[layer], self.count[layer], self.pos[layer], self.updated[layer]
-        slot = torch.arange(C + 1, device=self.device)
         hw = self.high_water[layer]
-        candidates = (count[:, :, :hw] > 0) & (slot[:hw] >= self.sink_tokens)
+        # The sink never takes members: only slots from ``lo`` on are searched (a seventh of the entries for
+        # the benches' 3-frame sink in 21 frames).
+        lo = min(self.sink_tokens, hw)
+        candidates = count[:, :, lo:hw] > 0
         if self.settings.merge_when == "full":  # room for the whole chunk as plain entries: merge nothing yet
             room = (count[:, :, self.sink_tokens:C] == 0).sum(-1) >= N
             candidates &= ~room[..., None]
         if self.first is not None:  # groups whose oldest member is too far back take no one new
-            candidates &= frame - self.first[layer][:, :, :hw] <= self.settings.max_spread_frames
-        k_cmp, reps = k_new, K[:, :, :hw]
-        if self.settings.similarity == "rotated" and hw:
+            candidates &= frame - self.first[layer][:, :, lo:hw] <= self.settings.max_spread_frames
+        k_cmp, reps = k_new, K[:, :, lo:hw]
+        if self.settings.similarity == "rotated" and hw > lo:
             k_cmp = rotate(k_new, positions[None])
-            reps = rotate(reps, self._attention_positions(layer, hw))
+            reps = rotate(reps, self._attention_positions(layer, hw)[:, :, lo:])
 
-        idx, sim = self._top1(layer, k_cmp, reps, candidates)
+        idx, sim = self._top1(layer, k_cmp, reps, candidates, lo)
+        idx = idx + lo
         accept = sim >= self.settings.threshold - COSINE_SLACK
         trash = torch.full_like(idx, C)
         # What the cache stores of each new key: as it is, or rotated at its position (``keys_rotated``).
