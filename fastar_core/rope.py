@@ -59,9 +59,21 @@ def _cos_sin_by_lookup(positions: torch.Tensor, head_dim: int, theta: float):
     return torch.cat(cos_parts, dim=-1), torch.cat(sin_parts, dim=-1)
 
 
+# Complex numbers per vector of the widest CPU kernels (AVX-512: 16 floats).
+COMPLEX_LANES = 8
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate interleaved pairs of ``x [B, H, L, D]``; cos/sin broadcast as ``[P, L, D/2]`` with P in (1, H)."""
     shape = x.shape
+    if x.device.type == "cpu" and (shape[-1] // 2) % COMPLEX_LANES == 0:
+        # On a CPU, the pairs as complex numbers times cos + i sin: one vectorised pass instead of six elementwise
+        # ones and a stack (a fifth of the time or less at Wan's shapes). The vector kernel forms the same rounded
+        # products and sums, so the values are the same bit for bit; its scalar tail may fuse a multiply-add, which
+        # head dims whose pairs fill whole vectors never reach.
+        pairs = torch.view_as_complex(x.float().contiguous().reshape(*shape[:-1], shape[-1] // 2, 2))
+        turn = torch.complex(cos.float(), sin.float()).expand(pairs.shape).contiguous()
+        return torch.view_as_real(pairs * turn).reshape(shape).to(x.dtype)
     pairs = x.float().reshape(*shape[:-1], shape[-1] // 2, 2)
     x0, x1 = pairs[..., 0], pairs[..., 1]
     out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)

@@ -32,6 +32,17 @@ def test_bench_rollout_writes_every_field(tmp_path, capsys):
     assert dense["speedup_vs_dense"] == 1.0 and dense["psnr_db"] is None and "identical" in dense["psnr_note"]
     window = report["modes"]["dense-window"]["quality"]
     assert 10 < window["psnr_db"] < 80 and 0 < window["ssim"] < 1
+    # Every TempCache mode against the window of its capacity, from the chunk at frame 21 on (both full).
+    full = sum(c["frame_start"] >= report["capacity_frames"] for c in report["modes"]["dense-window"]["chunks"])
+    assert report["capacity_frames"] == 21 and 0 < full < 17
+    assert set(report["vs_window"]) >= {"tempcache", "tempcache-quantized", "all"}
+    assert "dense-window" not in report["vs_window"] and "dense-global" not in report["vs_window"]
+    for name, ratio in report["vs_window"].items():
+        assert ratio == report["modes"][name]["summary"]["vs_window"] and ratio["chunks"] == full, name
+        for clock in ("cpu", "wall"):
+            r = ratio[clock]
+            assert r["rounds"] == 2 * full and len(r["per_repeat"]) == 2, name
+            assert 0 < r["round_min"] <= r["round_p10"] <= r["round_median"] <= r["round_p90"] <= r["round_max"]
     forced = report["modes"]["all+forced-annsa"]["summary"]
     assert 0 < forced["density_mean"] <= 1 and 0 < forced["recall_mean"] <= 1
     table = capsys.readouterr().out

@@ -241,3 +241,70 @@ def test_the_rolling_cache_rotates_its_re_positioned_sink_on_by_the_shift():
     for pre, rot in (clean, denoise):
         assert not pre.rotated and rot.rotated and torch.equal(pre.positions, rot.positions)
         torch.testing.assert_close(rotate(pre.k, pre.positions), rot.k, rtol=1e-6, atol=1e-6)
+
+
+def test_tempcache_with_the_quantized_search_keeps_keys_rotated_and_gives_the_rollout_of_pre_rope_keys():
+    """The quantized search rescores a few entries, rotated back; so its cache can store keys ready for attention.
+    Same merges and, rounding apart, the same rollout as with keys before RoPE; the exact matcher keeps them
+    before RoPE (it compares every representative)."""
+    from comfyui_fastar.tools.bench.rotated_keys import PreRopeKeys
+
+    out, merges = {}, {}
+    for matcher in ("quantized", "exact"):
+        # Threshold 0.5: the tiny random model's keys merge often, so groups change and keys move.
+        spec = CacheSpec(policy="tempcache", sink_frames=3, tempcache=TempCacheSettings(
+            threshold=0.5, capacity_frames=6, matcher=matcher)).validate(FPB)
+        for name, attention in (("once", DenseAttention(backend="torch")),
+                                ("every chunk", PreRopeKeys(backend="torch"))):
+            seen = []
+            runner = CausalRunner(tiny_model(), attention=attention)
+            sampler = build_sampler(runner, FastARConfig(backend="torch"))
+            runner.attention = attention
+            original = attention.self_attention
+
+            def spy(layer, q, k, v, positions, view, info, original=original, seen=seen):
+                if view is not None:
+                    seen.append(view.rotated)
+                return original(layer, q, k, v, positions, view, info)
+
+            attention.self_attention = spy
+            cfg = RolloutConfig(num_frames=18, latent_height=4, latent_width=4, frames_per_block=FPB, cache=spec,
+                                schedule="self-forcing")
+            result = sampler.generate(tiny_context(), cfg)
+            out[matcher, name] = result.latent
+            merges[matcher, name] = result.cache_stats["merges_per_layer"]
+            assert set(seen) == {matcher == "quantized" and name == "once"}, (matcher, name)
+    assert sum(merges["quantized", "once"]) > 0
+    assert merges["quantized", "once"] == merges["quantized", "every chunk"] == merges["exact", "once"]
+    torch.testing.assert_close(out["quantized", "once"], out["quantized", "every chunk"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out["quantized", "once"], out["exact", "once"], rtol=1e-5, atol=1e-5)
+
+
+def test_tempcache_keys_rotated_at_commit_are_its_pre_rope_keys_rotated_at_the_groups_positions():
+    """Cache level, where every group changes: keys that repeat with noise, so most merge (newest key and position
+    move) and the rest are inserted or evict groups. The rotated cache's keys are the pre-RoPE cache's keys rotated
+    at its positions, and both make the same merges."""
+    from comfyui_fastar.fastar_core.rope import rotate
+
+    settings = TempCacheSettings(threshold=0.9, capacity_frames=6, matcher="quantized")
+    spec = CacheSpec(policy="tempcache", sink_frames=3, tempcache=settings).validate(FPB)
+    caches = [spec.build(CacheShape(1, 1, 2, 32, (2, 2), frames_per_block=FPB, rotated_keys=r), 30)
+              for r in (False, True)]
+    assert [c.keys_rotated for c in caches] == [False, True]
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(1, 2, 6, 32, generator=g)
+    for i in range(6):  # half of each chunk's keys repeat with noise, half are new
+        k = torch.cat([base + 0.2 * torch.randn(1, 2, 6, 32, generator=g), torch.randn(1, 2, 6, 32, generator=g)], 2)
+        v = torch.randn(1, 2, 12, 32, generator=g)
+        for c in caches:
+            c.prepare_commit(3 * i, 3)
+            c.commit(0, k, v)
+            c.finish_commit()
+    plain, rotated = (c.view(0, 18, 3) for c in caches)
+    assert caches[1].merges == caches[0].merges and caches[0].merges[0] > 6
+    assert caches[1].evictions == caches[0].evictions and caches[0].evictions[0] > 0
+    assert not plain.rotated and rotated.rotated
+    torch.testing.assert_close(rotated.positions, plain.positions, rtol=0, atol=0)
+    torch.testing.assert_close(rotated.v, plain.v, rtol=0, atol=0)
+    torch.testing.assert_close(rotated.k, rotate(plain.k, plain.positions), rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(rotated.k, plain.k, atol=1e-3)  # control: the rotation is not the identity here

@@ -78,3 +78,25 @@ def test_tempcache_invariants(seed, threshold, capacity, sink, frames_per_chunk,
         if cfg.merge_when == "full" and committed <= cache.capacity - cache.sink_tokens:
             assert cache.merges[0] == 0  # still room for every key: nothing merged, exactly dense
     assert buffers == [(t.shape, t.data_ptr()) for t in (cache.k[0], cache.v[0], cache.count[0], cache.pos[0])]
+
+
+def test_keys_merge_into_their_own_group_and_never_into_the_sink():
+    """The search covers the slots after the sink only, and its index lands on the right group: a copy of a sink
+    key is inserted as a new group, copies of two non-sink keys join exactly their groups."""
+    for matcher in ("exact", "quantized"):
+        cfg = TempCacheSettings(threshold=0.99, capacity_frames=4, matcher=matcher)
+        cache = TempCache(cfg, 1, num_layers=1, batch=1, num_heads=1, head_dim=D, grid_hw=(2, 2))
+        g = torch.Generator().manual_seed(0)
+        sink, first = (torch.randn(1, 1, TPF, D, generator=g) for _ in range(2))
+        new = torch.randn(1, 1, 1, D, generator=g)
+        chunk = torch.cat([sink[:, :, :1], first[:, :, 2:3], new, first[:, :, :1]], dim=2)
+        for frame, k in enumerate((sink, first, chunk)):
+            cache.prepare_commit(frame, 1)
+            cache.commit(0, k, torch.randn(1, 1, TPF, D, generator=g))
+            cache.finish_commit()
+        count = cache.count[0][0, 0, : cache.capacity].tolist()
+        # slots 0-3 sink; 4-7 the first frame's groups (4 and 6 merged); 8, 9 the sink copy and the new key
+        assert count == [1, 1, 1, 1, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0], matcher
+        assert cache.merges[0] == 2 and cache.inserted[0] == 6, matcher
+        assert torch.equal(cache.k[0][0, 0, 8], sink[0, 0, 0]) and torch.equal(cache.k[0][0, 0, 6], first[0, 0, 2])
+        assert cache.pos[0][0, 0, 4, 0] == 2 and cache.pos[0][0, 0, 5, 0] == 1, matcher

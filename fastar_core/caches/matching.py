@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from ..rope import rotate
+
 CHUNK_ROWS = 1024  # rows of the similarity matrix computed at once
 SEARCH_DTYPE = torch.bfloat16
 SEARCH_MARGIN = 3 * 2.0**-9 + 1e-3  # the bound above, with room for fp32 accumulation
@@ -76,7 +78,8 @@ def exact_top1(a: torch.Tensor, b: torch.Tensor, b_valid: torch.Tensor | None = 
 
 
 def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tensor, min_score: float,
-                   candidates: int = 4, chunk: int = CHUNK_ROWS, b_valid: torch.Tensor | None = None):
+                   candidates: int = 4, chunk: int = CHUNK_ROWS, b_valid: torch.Tensor | None = None,
+                   b_positions: torch.Tensor | None = None):
     """``exact_top1(a, b_exact, b_valid, min_score=min_score)``'s answer for every row whose best cosine reaches
     ``min_score`` (up to fp32 rounding in the rescoring), mostly from a bfloat16 search.
 
@@ -86,7 +89,11 @@ def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tenso
     ``min_score - SEARCH_MARGIN`` cannot merge: it gets index 0 and that score. Otherwise its ``candidates`` best
     bfloat16 scores are rescored exactly; the exact best is among them unless the next bfloat16 score is within
     ``2 * SEARCH_MARGIN`` of the first (then an entry outside could beat them all), and such rows are rescored
-    exactly against every entry. Returns (index, cosine), as ``exact_top1``."""
+    exactly against every entry. Returns (index, cosine), as ``exact_top1``.
+
+    ``b_positions [B,H,M,3]``: ``b_exact`` holds the entries rotated by RoPE at these positions (a cache that
+    keeps its keys ready for attention); the few rescored entries are rotated back, which RoPE's rotations undo
+    up to fp32 rounding, so nothing is rotated for all M entries."""
     B, H, N, D = a.shape
     M = b_search.shape[2]
     idx = torch.zeros(B, H, N, dtype=torch.long, device=a.device)
@@ -97,6 +104,13 @@ def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tenso
     a_search = an.to(SEARCH_DTYPE)
     b_t = b_search.reshape(B * H, M, D).transpose(1, 2)
     b_exact = b_exact.reshape(B * H, M, D)
+    b_pos = None if b_positions is None else b_positions.reshape(B * H, M, 3)
+
+    def content(heads, entries):
+        """Entries' exact keys before RoPE, normalised: ``b_exact[heads, entries]`` rotated back if needed."""
+        rows = b_exact[heads, entries]
+        return normalize(rows if b_pos is None else rotate(rows, -b_pos[heads, entries]))
+
     k = min(candidates, M)
     full = None  # per head: every entry normalised, excluded ones -inf; built only if a row needs it
     for start in range(0, N, chunk):
@@ -111,7 +125,7 @@ def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tenso
             cand_score, cand = scores[heads, where].topk(min(k + 1, M), dim=-1)  # [R, k (+ 1)]
             cand_score, boundary, cand = cand_score[:, :k].float(), cand_score[:, k:].float(), cand[:, :k]
             queries = an[heads, start + where]  # [R, D]
-            cos = (normalize(b_exact[heads[:, None], cand]) * queries[:, None, :]).sum(-1)
+            cos = (content(heads[:, None], cand) * queries[:, None, :]).sum(-1)
             # A candidate whose bfloat16 score is below the bar cannot reach it: an excluded entry (zero in the
             # search form) among too few real candidates, whose exact key would otherwise be rescored.
             cos = cos.masked_fill(cand_score < min_score - SEARCH_MARGIN, float("-inf"))
@@ -121,7 +135,9 @@ def quantized_top1(a: torch.Tensor, b_search: torch.Tensor, b_exact: torch.Tenso
             if open_rows is not None and bool(open_rows.any()):
                 if full is None:
                     valid = (b_search != 0).any(-1) if b_valid is None else b_valid
-                    full = (normalize(b_exact), valid.reshape(B * H, M))
+                    every = torch.arange(M, device=a.device)
+                    full = (content(torch.arange(B * H, device=a.device)[:, None], every[None]),
+                            valid.reshape(B * H, M))
                 for h in heads[open_rows].unique().tolist():
                     sel = open_rows & (heads == h)
                     sims = (queries[sel] @ full[0][h].T).masked_fill(~full[1][h], float("-inf"))

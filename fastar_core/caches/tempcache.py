@@ -43,9 +43,12 @@ class TempCache(KVCache):
 
     def __init__(self, settings, sink_frames, num_layers, batch, num_heads, head_dim, grid_hw, dtype=torch.float32,
                  device="cpu", frames_per_block=1, rotated_keys=False, kv_quant="none"):
-        """``settings``: a ``TempCacheSettings`` (threshold, capacity, representative, scope, matcher). Keys stay
-        before RoPE whatever ``rotated_keys`` asks: merging compares content, and a group moves to its newest
-        member's position."""
+        """``settings``: a ``TempCacheSettings`` (threshold, capacity, representative, scope, matcher).
+
+        Merging compares content, so the exact search needs every representative before RoPE, and that is how keys
+        are kept. The quantized search keeps its own pre-RoPE copy (``search``) and rescores only a few entries,
+        so with it, where attention asks for ``rotated_keys``, the keys are stored rotated at their group's
+        position, written when the group is made or changes: no chunk re-rotates the cache (``keys_rotated``)."""
         super().__init__(num_layers, batch, num_heads, head_dim, grid_hw, dtype, device)
         if kv_quant not in KV_QUANTS:
             raise FastARError(f"kv_quant {kv_quant!r} is not one of {', '.join(KV_QUANTS)}")
@@ -88,6 +91,9 @@ class TempCache(KVCache):
         # (zero for the sink and empty slots, which then never reach a positive threshold).
         self.search = ([torch.zeros(B, H, C, D, dtype=SEARCH_DTYPE, device=self.device) for _ in range(num_layers)]
                        if self._searches(settings) else None)
+        # Rotated storage needs a group's attention position to be its newest member's, whose key it keeps.
+        self.keys_rotated = bool(rotated_keys and self.search is not None and kv_quant == "none"
+                                 and settings.representative == "last" and settings.position == "newest")
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> TempCache:
@@ -141,14 +147,17 @@ class TempCache(KVCache):
                 and settings.merge_scope == "head" and settings.threshold - COSINE_SLACK > SEARCH_MARGIN)
 
     # -- matching -------------------------------------------------------------------------------------------
-    def _top1(self, layer, new_k, reps, valid):
+    def _top1(self, layer, new_k, reps, valid, lo):
+        """Top-1 of ``new_k`` among ``reps``, the slots from ``lo`` on (``valid``: which may take members); the
+        index counts from ``lo``."""
         if self.search is not None:
-            hw = reps.shape[2]
-            search = self.search[layer][:, :, :hw]
+            hi = lo + reps.shape[2]
+            search = self.search[layer][:, :, lo:hi]
             if self.settings.merge_when == "full" or self.settings.max_spread_frames:  # candidates beyond the form's
                 search = search * valid[..., None].to(search.dtype)
             return quantized_top1(new_k, search, reps, self.settings.threshold - COSINE_SLACK,
-                                  candidates=self.settings.matcher_candidates, b_valid=valid)
+                                  candidates=self.settings.matcher_candidates, b_valid=valid,
+                                  b_positions=self.pos[layer][:, :, lo:hi] if self.keys_rotated else None)
         if self.settings.merge_scope == "shared":
             # Mean cosine over heads = cosine of the concatenation of per-head unit vectors.
             def flat(x):
@@ -162,8 +171,8 @@ class TempCache(KVCache):
         if self.settings.threshold > COSINE_SLACK:
             # A merge needs a cosine of at least the threshold, above 0, which an excluded entry zeroed out
             # (cosine 0) can never reach: the same merges as masking it to -inf, without a mask over the scores.
-            return exact_top1(new_k, reps * valid[..., None].to(reps.dtype), None,
-                              min_score=self.settings.threshold - COSINE_SLACK)
+            live = reps if bool(valid.all()) else reps * valid[..., None].to(reps.dtype)
+            return exact_top1(new_k, live, None, min_score=self.settings.threshold - COSINE_SLACK)
         return exact_top1(new_k, reps, valid)
 
     # -- writing --------------------------------------------------------------------------------------------
@@ -214,7 +223,7 @@ class TempCache(KVCache):
 
     def _write(self, layer, slots, k, v, positions, frame):
         """Plain writes of sink tokens (same slots for every batch and head)."""
-        self.k[layer][:, :, slots] = k
+        self.k[layer][:, :, slots] = rotate(k, positions[None]) if self.keys_rotated else k
         self.v[layer][:, :, slots] = v
         self.count[layer][:, :, slots] = 1.0
         self.pos[layer][:, :, slots] = positions
@@ -228,25 +237,30 @@ class TempCache(KVCache):
         B, H, N, D = k_new.shape
         C = self.capacity
         K, V, count, pos, upd = self.k[layer], self.v[layer], self.count[layer], self.pos[layer], self.updated[layer]
-        slot = torch.arange(C + 1, device=self.device)
         hw = self.high_water[layer]
-        candidates = (count[:, :, :hw] > 0) & (slot[:hw] >= self.sink_tokens)
+        # The sink never takes members: only slots from ``lo`` on are searched (a seventh of the entries for
+        # the benches' 3-frame sink in 21 frames).
+        lo = min(self.sink_tokens, hw)
+        candidates = count[:, :, lo:hw] > 0
         if self.settings.merge_when == "full":  # room for the whole chunk as plain entries: merge nothing yet
             room = (count[:, :, self.sink_tokens:C] == 0).sum(-1) >= N
             candidates &= ~room[..., None]
         if self.first is not None:  # groups whose oldest member is too far back take no one new
-            candidates &= frame - self.first[layer][:, :, :hw] <= self.settings.max_spread_frames
-        k_cmp, reps = k_new, K[:, :, :hw]
-        if self.settings.similarity == "rotated" and hw:
+            candidates &= frame - self.first[layer][:, :, lo:hw] <= self.settings.max_spread_frames
+        k_cmp, reps = k_new, K[:, :, lo:hw]
+        if self.settings.similarity == "rotated" and hw > lo:
             k_cmp = rotate(k_new, positions[None])
-            reps = rotate(reps, self._attention_positions(layer, hw))
+            reps = rotate(reps, self._attention_positions(layer, hw)[:, :, lo:])
 
-        idx, sim = self._top1(layer, k_cmp, reps, candidates)
+        idx, sim = self._top1(layer, k_cmp, reps, candidates, lo)
+        idx = idx + lo
         accept = sim >= self.settings.threshold - COSINE_SLACK
         trash = torch.full_like(idx, C)
+        # What the cache stores of each new key: as it is, or rotated at its position (``keys_rotated``).
+        k_store = rotate(k_new, positions[None]) if self.keys_rotated else k_new
 
         if bool(accept.any()):  # most chunks of content that changes merge nothing: skip the group updates
-            self._merge(layer, k_new, v_new, positions, frame, torch.where(accept, idx, trash), accept)
+            self._merge(layer, k_new, v_new, positions, frame, torch.where(accept, idx, trash), accept, k_store)
 
         # Inserts: empty slots first, then the least recently updated groups; never the sink.
         insert = ~accept
@@ -267,7 +281,7 @@ class TempCache(KVCache):
         self.evicted_tokens[layer] += (old_count * evicted).sum(-1)
         self.inserted[layer] += int(insert.sum()) // B // H
         dest4 = dest[..., None]
-        K.scatter_(2, dest4.expand(-1, -1, -1, D), k_new)
+        K.scatter_(2, dest4.expand(-1, -1, -1, D), k_store)
         V.scatter_(2, dest4.expand(-1, -1, -1, D), v_new)
         count.scatter_(2, dest, torch.ones_like(dest, dtype=count.dtype))
         pos.scatter_(2, dest4.expand(-1, -1, -1, 3), positions.expand(B, H, N, 3))
@@ -283,9 +297,9 @@ class TempCache(KVCache):
         used = dest.masked_fill(~insert, -1).max()
         self.high_water[layer] = max(hw, int(used) + 1)
 
-    def _merge(self, layer, k_new, v_new, positions, frame, target, accept):
+    def _merge(self, layer, k_new, v_new, positions, frame, target, accept, k_store):
         """Accepted keys join their groups (``target``; the trash slot for the others): counts, running-mean
-        values, newest key and position per group."""
+        values, newest key and position per group. ``k_store``: the new keys as the cache stores them."""
         B, H, N, D = k_new.shape
         C = self.capacity
         K, V, count, pos, upd = self.k[layer], self.v[layer], self.count[layer], self.pos[layer], self.updated[layer]
@@ -306,7 +320,8 @@ class TempCache(KVCache):
             rep = (count[..., None] * K.float() + k_sum) / denom
         else:
             rep = k_new.float().gather(2, src[..., None].expand(-1, -1, -1, D))
-        K.copy_(torch.where(merged[..., None], rep, K.float()).to(K.dtype))
+        stored = rep if k_store is k_new else k_store.float().gather(2, src[..., None].expand(-1, -1, -1, D))
+        K.copy_(torch.where(merged[..., None], stored, K.float()).to(K.dtype))
         if self.search is not None:
             S = self.search[layer]
             S.copy_(torch.where(merged[..., None], search_form(rep), S))
@@ -359,6 +374,7 @@ class TempCache(KVCache):
             k=k, v=v, bias=bias,
             positions=self._attention_positions(layer, hw),
             n_sink=min(self.sink_tokens, hw), uniform=uniform, version=self.versions[layer],
+            rotated=self.keys_rotated,
         )
 
     # -- accounting -----------------------------------------------------------------------------------------

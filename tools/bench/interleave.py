@@ -81,12 +81,15 @@ def run_in_turns(jobs: dict[str, Job]) -> dict[str, object]:
 
 
 def median_rows(runs: list[list[dict]]) -> list[dict]:
-    """Per-chunk rows of the first run with ``seconds`` = the median over runs, ``seconds_each_round`` kept."""
+    """Per-chunk rows of the first run with ``seconds`` (and ``cpu_seconds``) = the median over runs, each run's
+    kept (``seconds_each_round``, ``cpu_seconds_each_round``)."""
     rows = [dict(r) for r in runs[0]]
     for i, row in enumerate(rows):
         each = [run[i]["seconds"] for run in runs]
         row["seconds_each_round"] = [round(s, 5) for s in each]
         row["seconds"] = statistics.median(each)
         if all("cpu_seconds" in run[i] for run in runs):
-            row["cpu_seconds"] = statistics.median(run[i]["cpu_seconds"] for run in runs)
+            cpu = [run[i]["cpu_seconds"] for run in runs]
+            row["cpu_seconds_each_round"] = [round(s, 5) for s in cpu]
+            row["cpu_seconds"] = statistics.median(cpu)
     return rows

@@ -22,6 +22,7 @@ from .cost_model import mode_speedup, real_prompt_tokens, shape_of_scenario
 from .interleave import median_rows, run_in_turns
 from .report import frame_rate_steadiness, latency_growth, line_plots, machine, mean, resident_bytes, write_json
 from .scenarios import SCENARIOS, Scenario, scenario_modes
+from .window_ratio import ratio_to_window, round_ratios
 
 MEASURED_FRAMES = 48  # recall is measured on a separate, shorter run (measuring costs time)
 
@@ -159,12 +160,18 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
         m["summary"]["efficiency"] = round(m["summary"]["speedup_vs_dense"] / m["summary"]["modelled_speedup"], 3)
         if "psnr_note" in quality:
             m["summary"]["psnr_note"] = quality["psnr_note"]
+    # TempCache against the window of the same capacity, once both are full.
+    vs_window = {name: ratio_to_window(per_mode[name]["chunks"], per_mode["dense-window"]["chunks"],
+                                       scenario.capacity_frames)
+                 for name in names if all_modes[name][0].policy == "tempcache" and "dense-window" in per_mode}
+    for name, ratio in vs_window.items():
+        per_mode[name]["summary"]["vs_window"] = ratio
     report = {
         "benchmark": "rollout", "model": scenario.name, "frames": frames, "seed": seed, "device": str(device),
         "repeats": repeats,
         "capacity_frames": scenario.capacity_frames, "sink_frames": scenario.sink_frames,
         "frames_per_block": scenario.frames_per_block,
-        "scenario": scenario.notes, "machine": machine(), "modes": per_mode,
+        "scenario": scenario.notes, "machine": machine(), "vs_window": vs_window, "modes": per_mode,
         "definitions": {
             "speedup_vs_dense": "total chunk seconds of dense-global / this mode, same run, same seed",
             "modelled_speedup": "the same ratio of matmul FLOPs from the model's shapes and the mode's cache "
@@ -173,6 +180,10 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
             "seconds": f"per chunk, median over {repeats} repeat(s); in each, every mode runs chunk by chunk in "
                        "turn, the order rotating every round",
             "latency_growth": "mean seconds of the last 10 chunks / mean of chunks 5 to 15",
+            "vs_window": "each TempCache mode's seconds per chunk over dense-window's (equal capacity), chunks from "
+                         "the capacity's frame on (both caches full), by CPU time and by wall time: ratio of the "
+                         "totals; over rounds (one chunk of every mode in turn, under the same load) the median, "
+                         "10th/90th percentile, min and max of the per-round ratios; per repeat, its totals' ratio",
             "frame_rate": "latent frames per second of CPU time per chunk from latent frame 60 on: median, largest "
                           "deviation from it, share of chunks within 10 % of it, last 10 chunks over the first 10",
             "cache_bytes": "live cache entries (TempCache: occupied group slots); cache_bytes_allocated: the "
@@ -187,7 +198,8 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
         },
     }
     write_json(out_dir / "rollout.json", report)
-    _plot(out_dir / "rollout.png", per_mode, scenario.frames_per_block, start_frames, scenario.name, frames)
+    _plot(out_dir / "rollout.png", per_mode, scenario.frames_per_block, start_frames, scenario.name, frames,
+          list(vs_window))
     return report
 
 
@@ -195,7 +207,7 @@ def _round(x, n):
     return None if x is None else round(x, n)
 
 
-def _plot(path, per_mode, fpb, start_frames, model, frames):
+def _plot(path, per_mode, fpb, start_frames, model, frames, against_window=()):
     def xs(m):
         return [r["frame_start"] for r in m["chunks"]]
 
@@ -208,6 +220,10 @@ def _plot(path, per_mode, fpb, start_frames, model, frames):
         {"title": "KV cache", "xlabel": "latent frame", "ylabel": "MiB",
          "series": {n: (xs(m), [r["cache_bytes"] / 2**20 for r in m["chunks"]]) for n, m in per_mode.items()}},
     ]
+    if against_window:
+        ratios = {n: round_ratios(per_mode[n]["chunks"], per_mode["dense-window"]["chunks"]) for n in against_window}
+        panels.append({"title": "CPU s per chunk / dense-window's (per round)", "xlabel": "latent frame",
+                       "ylabel": "ratio", "series": ratios, "marker": "o"})
     quality = {n: (list(range(start_frames, start_frames + len(m["quality"]["per_frame_psnr_db"]))),
                    [p if p is not None else float("nan") for p in m["quality"]["per_frame_psnr_db"]])
                for n, m in per_mode.items() if "quality" in m and n != "dense-global"}
