@@ -138,7 +138,8 @@ def write_world_report(out_dir, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, n
 
 A keyboard-steered world model in the demo family: the Wan2.1 demo architecture ({_parameter_count(weights):,}
 parameters with its text and action encoders, fp16) conditioned per frame on the key pressed, the shift since the
-chunk's reference frame and the camera's map position (`tools/demo/actions.py`), trained by
+chunk's reference frame and the camera's map position (and, in files that say so, that reference frame moved by
+the key: `tools/demo/actions.py`), trained by
 `fastar train-demo --world steer` (`tools/demo/world_train.py`) on the steered world (`tools/demo/steer_world.py`).
 
 ## Verdict
