@@ -11,6 +11,7 @@ the weights, named so that they sit beside the sprite demo's in the bundled weig
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from pathlib import Path
 
@@ -94,6 +95,10 @@ def _table(cases) -> str:
 
 
 def _conditioning(meta: dict) -> str:
+    return textwrap.fill(_conditioning_text(meta), width=113, break_on_hyphens=False)
+
+
+def _conditioning_text(meta: dict) -> str:
     from .actions import REFERENCE_INPUT
 
     keys = ("Per frame, one embedding of (the key, the shift in patches since the chunk's reference frame, the map "
