@@ -8,6 +8,7 @@ from comfyui_fastar.fastar_core.wan_config import WanConfig
 from comfyui_fastar.fastar_core.wan_model import random_wan
 from comfyui_fastar.tools.demo.actions import ActionEncoder, ActionRunner, batch_tracks, moved_reference
 from comfyui_fastar.tools.demo.model import load_demo_model
+from comfyui_fastar.tools.demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 from comfyui_fastar.tools.demo.steer_world import make_map, render_track, scripted_path, track_from_actions
 from comfyui_fastar.tools.demo.train import train_demo
 from comfyui_fastar.tools.demo.world_eval import evaluate_world, world_rollout
@@ -163,3 +164,49 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
     for row in points.values():
         assert row["revisit"]["views"] > 0 and row["revisit"]["psnr_vs_own_earlier_db"] > 0
     assert fastar_main(["bench", "rollout", "--model", "world", "--out", str(pareto_out)]) != 0
+
+
+def _rewritten(tmp_path, name, keep_channels=None, inputs="keep"):
+    """The bundled world file with its patch embedding cut to ``keep_channels`` inputs and/or its world
+    metadata's ``inputs`` entry dropped or changed."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from comfyui_fastar.tools.demo.settings import MODEL_PREFIX
+
+    src = WEIGHTS_DIR / WORLD_WEIGHTS_FILE
+    with safe_open(str(src), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        metadata = f.metadata()
+    key = MODEL_PREFIX + "patch_embedding.weight"
+    if keep_channels is not None:
+        tensors[key] = tensors[key][:, :keep_channels].contiguous()
+        config = json.loads(metadata["fastar_config"])
+        metadata["fastar_config"] = json.dumps({**config, "in_dim": keep_channels})
+    demo = json.loads(metadata["demo"])
+    if inputs is None:
+        demo["world"].pop("inputs")
+    elif inputs != "keep":
+        demo["world"]["inputs"] = inputs
+    metadata["demo"] = json.dumps(demo)
+    path = tmp_path / name
+    save_file(tensors, str(path), metadata=metadata)
+    return path
+
+
+def test_a_keys_only_world_file_still_runs_and_a_mismatched_one_is_refused(tmp_path):
+    from comfyui_fastar.fastar_core.errors import FastARError
+
+    old = load_demo_model(_rewritten(tmp_path, "keys_only.safetensors", keep_channels=3, inputs=None))
+    assert old.model.config.in_dim == 3 and not old.world_runner([track_from_actions([])]).moved_reference
+    track = track_from_actions(["right", "right", "down"], start=(2, 2))
+    frames, truth, _ = world_rollout(old, make_map(4), track)
+    assert frames.shape == truth.shape == (4, 3, 24, 24) and torch.isfinite(frames).all()
+    assert load_demo_model(WEIGHTS_DIR / WORLD_WEIGHTS_FILE).world_runner([track]).moved_reference
+    with pytest.raises(FastARError, match="patch embedding takes 7 channels, but a world model with inputs 'keys only' "
+                                          "reads 3"):
+        load_demo_model(_rewritten(tmp_path, "no_inputs.safetensors", inputs=None))
+    with pytest.raises(FastARError, match="world inputs 'optical-flow' are unknown"):
+        load_demo_model(_rewritten(tmp_path, "unknown.safetensors", inputs="optical-flow"))
