@@ -1,5 +1,6 @@
-"""The bundled steered-world model: it loads as a world model, its card's figures come from these weights, and
-(an expected failure until a longer training run) its 240-frame rollout passes the world's bar."""
+"""The bundled steered-world model: it loads as a world model, its card's figures come from these weights, it
+follows the keys and carries the view, and (an expected failure until the new strips are generated rather than
+averaged) its 240-frame rollout passes the whole of the world's bar."""
 
 import json
 
@@ -38,9 +39,16 @@ def test_the_bundled_world_model_is_small_and_its_card_reports_these_weights(see
             "FAST-AR") in (WEIGHTS_DIR / "WORLD_MODEL_CARD.md").read_text()
 
 
-@pytest.mark.xfail(strict=True, reason="the bundled world model is a 25-minute feasibility run: it neither follows "
-                                       "the keys nor carries the view yet (WORLD_MODEL_CARD.md); remove this mark "
-                                       "once it does")
+def test_it_follows_the_keys_and_carries_what_stays_in_view(seed_one):
+    _, report = seed_one
+    assert report["checks"]["action_following"] and report["checks"]["carried"], \
+        {k: report[k] for k in ("action_following", "carried_psnr_db")}
+
+
+@pytest.mark.xfail(strict=True, reason="the bundled world model follows the keys and carries the view, but invents "
+                                       "each new strip as a bland average of the ground, so colour spread and "
+                                       "high-frequency energy collapse (WORLD_MODEL_CARD.md); remove this mark once "
+                                       "it passes")
 def test_a_240_frame_rollout_along_the_scripted_path_passes_the_world_bar(seed_one):
     _, report = seed_one
     assert report["passed"], {k: report[k] for k in ("action_following", "carried_psnr_db", "spread_ratios")}

@@ -6,9 +6,10 @@ import torch
 from comfyui_fastar.fastar_core.attention import PassInfo
 from comfyui_fastar.fastar_core.wan_config import WanConfig
 from comfyui_fastar.fastar_core.wan_model import random_wan
-from comfyui_fastar.tools.demo.actions import ActionEncoder, ActionRunner, batch_tracks
+from comfyui_fastar.tools.demo.actions import ActionEncoder, ActionRunner, batch_tracks, moved_reference
 from comfyui_fastar.tools.demo.model import load_demo_model
-from comfyui_fastar.tools.demo.steer_world import make_map, scripted_path, track_from_actions
+from comfyui_fastar.tools.demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
+from comfyui_fastar.tools.demo.steer_world import make_map, render_track, scripted_path, track_from_actions
 from comfyui_fastar.tools.demo.train import train_demo
 from comfyui_fastar.tools.demo.world_eval import evaluate_world, world_rollout
 
@@ -59,6 +60,55 @@ def test_the_runner_conditions_on_the_keys_and_leaves_the_model_as_it_was():
         run(["right"] * 3)
 
 
+def test_the_moved_reference_frame_is_the_next_view_where_both_see_the_map():
+    track = track_from_actions(["right", "down", "left", "up", "none", "right"], start=(PATCHES - 1, 0))
+    views = render_track(make_map(3), track).permute(1, 0, 2, 3)[None]  # [1, 3, T, H, W]
+    enc = ActionEncoder(16, PATCHES, frames_per_block=1)
+    actions, positions = batch_tracks([track])
+    offset = enc.frame_conditions(actions, positions, torch.arange(1, len(track)))[1]
+    previous, current = views[:, :, :-1], views[:, :, 1:]
+    moved = moved_reference(previous, offset)
+    inside = moved[:, 3:]
+    moves = [0, 1, 2, 3, 5]
+    assert inside[0, 0, 4].all() and inside[0, 0, moves].float().mean() == pytest.approx(5 / 6)  # one patch in
+    assert torch.equal(moved[:, :3] * inside, current * inside) and torch.equal(moved[:, :3] * (1 - inside),
+                                                                                torch.zeros_like(current))
+    wrong = moved_reference(previous, -offset)  # the negative control: moved the other way it does not match
+    assert not torch.allclose(wrong[:, :3, moves] * wrong[:, 3:, moves], current[:, :, moves] * wrong[:, 3:, moves],
+                              atol=0.05)
+
+
+def test_the_runner_hands_the_model_the_last_clean_frame_moved_by_the_key_and_refuses_a_gap():
+    cfg = WanConfig(dim=32, num_heads=2, num_layers=1, ffn_dim=64, in_dim=7, out_dim=3, text_dim=16, freq_dim=16,
+                    text_len=4, patch_size=(1, 4, 4))
+    model = random_wan(cfg, seed=1)
+    enc = ActionEncoder(32, PATCHES, frames_per_block=1)
+    runner = ActionRunner(model, enc, [track_from_actions(["right"] * 4)], moved_reference=True)
+    text = runner.encode_text(torch.zeros(1, 4, 16))
+    x = torch.randn(1, 3, 1, 24, 24)
+    t = torch.full((1, 1), 500.0)
+
+    def info(frame):
+        return PassInfo(chunk=frame, step=0, num_steps=1, frame_start=frame, num_frames=1, tokens_per_frame=36)
+
+    with pytest.raises(ValueError, match="frame 1 needs the clean pass of frame 0 first"):
+        runner.forward(x, t, text, None, info(1))
+    seen = []
+    handle = model.patch_embedding.register_forward_pre_hook(lambda m, a: seen.append(a[0].clone()))
+    from comfyui_fastar.fastar_core.caches import CacheSpec
+    from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
+
+    cfg_roll = RolloutConfig(num_frames=1, latent_height=24, latent_width=24, frames_per_block=1,
+                             cache=CacheSpec("global"), channels=3)
+    cache = ARSampler(runner).build_cache(cfg_roll, 2, (6, 6))
+    clean = torch.randn(1, 3, 1, 24, 24)
+    runner.forward(clean, torch.zeros(1, 1), text, cache, info(0), commit=True, need_output=False)
+    runner.forward(x, t, text, cache, info(1))
+    handle.remove()
+    assert seen[1].shape[1] == 7 and torch.equal(seen[1][:, :3], x)
+    assert torch.equal(seen[1][:, 3:6, :, :, :20], clean[..., 4:]) and seen[1][:, 6, :, :, 20:].eq(0).all()
+
+
 def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(tmp_path):
     out = tmp_path / "world"
     over = {"clip_frames": 6}
@@ -77,9 +127,11 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
     world = make_map(11)
     track = track_from_actions(scripted_path(8, side=2), start=(4, 4))
     frames, truth, _ = world_rollout(demo, world, track)
-    assert frames.shape == truth.shape == (9, 3, 24, 24)
-    assert torch.equal(frames[:3], truth[:3])  # the true start chunk, continued
-    report = evaluate_world(frames, truth, track, start_frames=3)
+    fpb = demo.frames_per_block
+    assert frames.shape == truth.shape == (9, 3, 24, 24) and fpb == 1
+    assert demo.model.config.in_dim == 7  # the noisy frame, the moved reference frame and where it is defined
+    assert torch.equal(frames[:fpb], truth[:fpb])  # the true start chunk, continued
+    report = evaluate_world(frames, truth, track, start_frames=fpb)
     assert not report["passed"]  # two steps of training cannot carry a view
 
     from comfyui_fastar.tools.demo.world_report import write_world_report
@@ -112,3 +164,49 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
     for row in points.values():
         assert row["revisit"]["views"] > 0 and row["revisit"]["psnr_vs_own_earlier_db"] > 0
     assert fastar_main(["bench", "rollout", "--model", "world", "--out", str(pareto_out)]) != 0
+
+
+def _rewritten(tmp_path, name, keep_channels=None, inputs="keep"):
+    """The bundled world file with its patch embedding cut to ``keep_channels`` inputs and/or its world
+    metadata's ``inputs`` entry dropped or changed."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from comfyui_fastar.tools.demo.settings import MODEL_PREFIX
+
+    src = WEIGHTS_DIR / WORLD_WEIGHTS_FILE
+    with safe_open(str(src), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        metadata = f.metadata()
+    key = MODEL_PREFIX + "patch_embedding.weight"
+    if keep_channels is not None:
+        tensors[key] = tensors[key][:, :keep_channels].contiguous()
+        config = json.loads(metadata["fastar_config"])
+        metadata["fastar_config"] = json.dumps({**config, "in_dim": keep_channels})
+    demo = json.loads(metadata["demo"])
+    if inputs is None:
+        demo["world"].pop("inputs")
+    elif inputs != "keep":
+        demo["world"]["inputs"] = inputs
+    metadata["demo"] = json.dumps(demo)
+    path = tmp_path / name
+    save_file(tensors, str(path), metadata=metadata)
+    return path
+
+
+def test_a_keys_only_world_file_still_runs_and_a_mismatched_one_is_refused(tmp_path):
+    from comfyui_fastar.fastar_core.errors import FastARError
+
+    old = load_demo_model(_rewritten(tmp_path, "keys_only.safetensors", keep_channels=3, inputs=None))
+    assert old.model.config.in_dim == 3 and not old.world_runner([track_from_actions([])]).moved_reference
+    track = track_from_actions(["right", "right", "down"], start=(2, 2))
+    frames, truth, _ = world_rollout(old, make_map(4), track)
+    assert frames.shape == truth.shape == (4, 3, 24, 24) and torch.isfinite(frames).all()
+    assert load_demo_model(WEIGHTS_DIR / WORLD_WEIGHTS_FILE).world_runner([track]).moved_reference
+    with pytest.raises(FastARError, match="patch embedding takes 7 channels, but a world model with inputs 'keys only' "
+                                          "reads 3"):
+        load_demo_model(_rewritten(tmp_path, "no_inputs.safetensors", inputs=None))
+    with pytest.raises(FastARError, match="world inputs 'optical-flow' are unknown"):
+        load_demo_model(_rewritten(tmp_path, "unknown.safetensors", inputs="optical-flow"))

@@ -35,6 +35,13 @@ def run_bench(args) -> int:
         run_pareto_bench(out, frames=args.frames, model=args.model, capacities=capacities, thresholds=thresholds,
                          variants={n: VARIANTS[n] for n in names}, seed=args.seed, repeats=args.repeats or 1,
                          weights=args.weights)
+    elif args.what == "frame-rate":
+        from .frame_rate import run_frame_rate_bench
+
+        report = run_frame_rate_bench(out, frames=args.frames, rounds=args.repeats or 5, seed=args.seed)
+        for name, mode in report["modes"].items():
+            print(f"{name}: {mode['frame_rate']}")
+        print(f"verdict: {report['verdict']}")
     elif args.what == "matcher":
         from .matcher import run_matcher_bench
 

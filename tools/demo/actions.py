@@ -7,9 +7,15 @@ position (sines of the wrapping map coordinates: a place seen before can be told
 
 The embedding is added to the frame's timestep embedding, so it steers every block through the per-frame
 adaLN modulation and the head, with no new attention path. That is simpler than Matrix-Game 2.0's keyboard
-module (its own per-frame attention layer in each block); the Wan blocks and their weights stay unchanged, and
-the engine's sampler, caches and FAST-AR run the model as any other: the runner looks the conditions up by
-absolute frame index, which the sampler already passes with each forward.
+module (its own per-frame attention layer in each block); the Wan blocks stay as they are, and the engine's
+sampler, caches and FAST-AR run the model as any other: the runner looks the conditions up by absolute frame
+index, which the sampler already passes with each forward.
+
+A model whose patch embedding takes ``2 * C + 1`` channels (``REFERENCE_INPUT`` in its file's world metadata)
+is also handed the key's shift directly, in pixels: each frame's reference frame moved by the frame's offset
+(``moved_reference``), beside the noisy frame, with a channel saying where the moved frame is defined. The part
+of a view that stays in sight is then in its input, and what the model has to make is the strip the move brings
+in; without it (the first world files, still read) a whole-frame shift had to be found through RoPE alone.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ import torch
 from torch import nn
 
 from ...fastar_core.runner import CausalRunner
-from .steer_world import ACTIONS, Track
+from .steer_world import ACTIONS, STEP, Track
 
 STATE_PREFIX = "action_encoder."
+REFERENCE_INPUT = "moved-reference"  # world metadata ``inputs``: the model reads the moved reference frame
 POSITION_FREQS = 3  # sine/cosine pairs per axis over the wrapping map: periods of 1, 1/2, 1/3 of the map
 
 
@@ -48,8 +55,7 @@ class ActionEncoder(nn.Module):
         if int(frames.max()) >= actions.shape[1]:
             raise ValueError(f"frame {int(frames.max())} has no action yet (the track holds {actions.shape[1]} "
                              "frames): extend the track before generating it")
-        fpb = self.frames_per_block
-        reference = torch.clamp(frames // fpb * fpb - 1, min=0)
+        reference = reference_frames(frames, self.frames_per_block)
         m = self.map_patches
         offset = torch.remainder(positions[:, frames] - positions[:, reference] + m // 2, m) - m // 2
         return actions[:, frames], offset.clamp(-self.max_offset, self.max_offset), positions[:, frames]
@@ -65,6 +71,28 @@ class ActionEncoder(nn.Module):
 
     def embed(self, actions, positions, frames) -> torch.Tensor:
         return self(*self.frame_conditions(actions, positions, frames))
+
+
+def reference_frames(frames: torch.Tensor, frames_per_block: int) -> torch.Tensor:
+    """Per absolute frame index, the clean frame its shift is counted from: the last frame of the chunk before
+    (frame 0 for the first chunk, which is always given)."""
+    return torch.clamp(frames // frames_per_block * frames_per_block - 1, min=0)
+
+
+def moved_reference(reference: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """The reference frames ``[B, C, F, H, W]`` moved by per-frame camera offsets ``offset [B, F, 2]`` ((dx, dy)
+    in patches): pixel (i, j) of frame f is reference pixel (i + dy * STEP, j + dx * STEP), i.e. the same map
+    pixel, zero where that falls outside the reference; plus one channel, 1 where it falls inside.
+    Returns ``[B, C + 1, F, H, W]``."""
+    B, C, F, H, W = reference.shape
+    dev = reference.device
+    rows = torch.arange(H, device=dev) + offset[..., 1:2].to(dev) * STEP  # [B, F, H]
+    cols = torch.arange(W, device=dev) + offset[..., 0:1].to(dev) * STEP  # [B, F, W]
+    inside = ((rows >= 0) & (rows < H))[..., :, None] & ((cols >= 0) & (cols < W))[..., None, :]  # [B, F, H, W]
+    index = (rows.clamp(0, H - 1)[..., :, None] * W + cols.clamp(0, W - 1)[..., None, :]).flatten(2)
+    moved = reference.flatten(3).gather(3, index[:, None].expand(B, C, F, H * W)).view(B, C, F, H, W)
+    mask = inside[:, None].to(reference.dtype)
+    return torch.cat([moved * mask, mask], dim=1)
 
 
 @contextmanager
@@ -93,12 +121,30 @@ class ActionRunner(CausalRunner):
     """A ``CausalRunner`` whose every forward is conditioned on the frames' keys and camera positions.
 
     ``tracks`` may grow between chunks (the live player appends each key as it is pressed); a forward over
-    frames the tracks do not reach yet is refused."""
+    frames the tracks do not reach yet is refused. With ``moved_reference`` the model also reads each frame's
+    reference frame moved by its offset: the runner keeps the last frame of each clean (committed) pass for the
+    chunk after it, and the first chunk (the given start) is its own reference."""
 
-    def __init__(self, model, encoder: ActionEncoder, tracks: list[Track], attention=None, **kw):
+    def __init__(self, model, encoder: ActionEncoder, tracks: list[Track], attention=None,
+                 moved_reference: bool = False, **kw):
         super().__init__(model, attention=attention, **kw)
         self.encoder = encoder
         self.tracks = tracks
+        self.moved_reference = moved_reference
+        self.last_clean: tuple[int, torch.Tensor] | None = None  # (absolute frame index, [B, C, H, W])
+
+    def _reference_input(self, x: torch.Tensor, frames: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+        start = int(frames[0])
+        refs = []
+        for r in reference_frames(frames, self.encoder.frames_per_block).tolist():
+            if r >= start:  # the first chunk: its own frame 0
+                refs.append(x[:, :, r - start])
+            elif self.last_clean is not None and self.last_clean[0] == r:
+                refs.append(self.last_clean[1])
+            else:
+                raise ValueError(f"frame {start} needs the clean pass of frame {r} first (this runner keeps the last "
+                                 "committed frame as the next chunk's reference)")
+        return moved_reference(torch.stack(refs, dim=2).to(x), offset.to(x.device))
 
     def forward(self, x, timesteps, text, cache, info, commit=False, need_output=True):
         frames = torch.arange(info.frame_start, info.frame_start + x.shape[2])
@@ -106,6 +152,12 @@ class ActionRunner(CausalRunner):
         if actions.shape[0] != x.shape[0]:
             raise ValueError(f"{actions.shape[0]} tracks for a batch of {x.shape[0]}")
         with torch.no_grad():
-            embedding = self.encoder.embed(actions.to(self.device), positions.to(self.device), frames.to(self.device))
+            key, offset, place = self.encoder.frame_conditions(actions.to(self.device), positions.to(self.device),
+                                                               frames.to(self.device))
+            embedding = self.encoder(key, offset, place)
+        inputs = torch.cat([x, self._reference_input(x, frames, offset)], dim=1) if self.moved_reference else x
         with added_to_time_embedding(self.model, embedding):
-            return super().forward(x, timesteps, text, cache, info, commit=commit, need_output=need_output)
+            out = super().forward(inputs, timesteps, text, cache, info, commit=commit, need_output=need_output)
+        if commit and self.moved_reference:
+            self.last_clean = (int(frames[-1]), x[:, :, -1].detach().clone())
+        return out

@@ -95,11 +95,13 @@ class DemoModel:
 
     def world_runner(self, tracks: list, attention=None) -> CausalRunner:
         """The runner of a steered-world model, conditioned on ``tracks`` (one ``Track`` per batch item)."""
-        from .actions import ActionRunner
+        from .actions import REFERENCE_INPUT, ActionRunner
 
         if not self.is_world:
             raise FastARError("this demo model is not a steered-world model (its file has no action encoder)")
-        return ActionRunner(self.model, self.action_encoder, tracks, attention=attention or self.attention())
+        moved = self.metadata["world"].get("inputs") == REFERENCE_INPUT
+        return ActionRunner(self.model, self.action_encoder, tracks, attention=attention or self.attention(),
+                            moved_reference=moved)
 
     def world_prompt(self) -> torch.Tensor:
         return self.encode_prompt(self.metadata["world"]["prompt"])
@@ -125,7 +127,8 @@ def load_demo_model(path=None, device="cpu") -> DemoModel:
     encoder = TextEncoder(len(tokenizer.vocabulary), model.config.text_dim, meta["text_len"])
     encoder.load_state_dict({k: v.float() for k, v in read_text_encoder_state(path).items()})
     encoder = encoder.to(device).eval().requires_grad_(False)
-    action_encoder = _load_action_encoder(path, meta, model.config.dim, device) if "world" in meta else None
+    action_encoder = (_load_action_encoder(path, meta, model.config.dim, model.config.in_dim, device)
+                      if "world" in meta else None)
     return DemoModel(
         model=model, text_encoder=encoder, tokenizer=tokenizer, frame_size=tuple(meta["frame_size"]),
         channels=meta["channels"], frames_per_block=meta["frames_per_block"],
@@ -135,11 +138,20 @@ def load_demo_model(path=None, device="cpu") -> DemoModel:
     )
 
 
-def _load_action_encoder(path, meta: dict, dim: int, device):
-    from .actions import STATE_PREFIX, ActionEncoder
+def _load_action_encoder(path, meta: dict, dim: int, in_dim: int, device):
+    from .actions import REFERENCE_INPUT, STATE_PREFIX, ActionEncoder
     from .steer_world import STEP
 
     world = meta["world"]
+    inputs = world.get("inputs")
+    if inputs not in (None, REFERENCE_INPUT):
+        raise FastARError(f"{path}: its world inputs {inputs!r} are unknown; this version reads world files without "
+                          f"inputs (keys only) or with {REFERENCE_INPUT!r}")
+    # Files before the moved reference frame read the noisy frame alone; the newer ones that and 2 * C + 1 more.
+    want = meta["channels"] * (2 if inputs else 1) + (1 if inputs else 0)
+    if in_dim != want:
+        raise FastARError(f"{path}: its patch embedding takes {in_dim} channels, but a world model with inputs "
+                          f"{inputs or 'keys only'!r} reads {want}")
     encoder = ActionEncoder(dim, world["map_size"] // STEP, meta["frames_per_block"])
     state = {k: v.float() for k, v in read_text_encoder_state(path, STATE_PREFIX).items()}
     try:

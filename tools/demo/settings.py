@@ -6,6 +6,7 @@ patches, so one latent frame is 36 tokens and a 240-frame rollout stays cheap on
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ...fastar_core.wan_config import WanConfig
@@ -22,6 +23,11 @@ MODEL_CONFIG = WanConfig(
     freq_dim=64, text_len=TEXT_LEN, patch_size=(1, 4, 4),
 )
 FRAMES_PER_BLOCK = 3
+# The steered world's model reads, beside its noisy frame, the previous clean frame moved by the key (3 channels)
+# and where that moved frame is defined (1 channel): see ``actions.moved_reference``. One frame per chunk, so
+# every frame is one key away from a clean frame.
+WORLD_MODEL_CONFIG = replace(MODEL_CONFIG, in_dim=2 * CHANNELS + 1)
+WORLD_FRAMES_PER_BLOCK = 1
 # Few steps as in the distilled AR models, but unshifted: 24x24 frames need no shift towards high noise.
 DEMO_SIGMAS = (1.0, 0.75, 0.5, 0.25)
 TRAIN_CLIP_FRAMES = 21  # 7 chunks: covers a sink-3 + window-12 cache plus the chunk being denoised

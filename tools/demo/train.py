@@ -80,11 +80,11 @@ class TrainRecipe:
         return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def init_models(seed: int, vocabulary: list) -> tuple[WanModel, TextEncoder]:
+def init_models(seed: int, vocabulary: list, config=MODEL_CONFIG) -> tuple[WanModel, TextEncoder]:
     """Fresh models from ``seed`` (PyTorch's default inits; the output layer starts at zero, as in DiT)."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = WanModel(MODEL_CONFIG)
+        model = WanModel(config)
         text_encoder = TextEncoder(len(vocabulary))
     with torch.no_grad():
         model.head.head.weight.zero_()
@@ -93,6 +93,9 @@ def init_models(seed: int, vocabulary: list) -> tuple[WanModel, TextEncoder]:
 
 
 class Trainer:
+    model_config = MODEL_CONFIG
+    frames_per_block = FRAMES_PER_BLOCK
+
     def __init__(self, out_dir: Path, recipe: TrainRecipe, seed: int, log=_print_now):
         self.out_dir = out_dir
         self.recipe = recipe
@@ -100,18 +103,21 @@ class Trainer:
         self.log = log
         self.vocabulary = default_vocabulary()
         self.tokenizer = Tokenizer(self.vocabulary, TEXT_LEN)
-        self.model, self.text_encoder = init_models(seed, self.vocabulary)
+        self.model, self.text_encoder = init_models(seed, self.vocabulary, self.model_config)
         self.ema_model = copy.deepcopy(self.model).requires_grad_(False)
         self.ema_text = copy.deepcopy(self.text_encoder).requires_grad_(False)
         params = list(self.model.parameters()) + list(self.text_encoder.parameters())
         self.optimizer = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay,
                                            betas=(0.9, 0.99))
-        self.forward = TeacherForcingForward(self.model, recipe.clip_frames, FRAMES_PER_BLOCK, FRAME_HW,
-                                             rope_max_distance=ROPE_MAX_DISTANCE)
+        self.forward = self.make_forward()
         self.step = 0
         self.elapsed = 0.0
         self.losses: list[float] = []
         self.phases: list[dict] = []  # earlier runs this one was initialised from (see ``warm_start``)
+
+    def make_forward(self) -> TeacherForcingForward:
+        return TeacherForcingForward(self.model, self.recipe.clip_frames, self.frames_per_block, FRAME_HW,
+                                     rope_max_distance=ROPE_MAX_DISTANCE)
 
     # -- state ------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -184,7 +190,7 @@ class Trainer:
     def demo_metadata(self) -> dict:
         return {
             "vocabulary": self.vocabulary, "text_len": TEXT_LEN, "frame_size": list(FRAME_HW), "channels": CHANNELS,
-            "frames_per_block": FRAMES_PER_BLOCK, "schedule": list(DEMO_SIGMAS), "context_noise": 0.0,
+            "frames_per_block": self.frames_per_block, "schedule": list(DEMO_SIGMAS), "context_noise": 0.0,
             "trained_span_frames": self.recipe.clip_frames, "rope_max_distance": ROPE_MAX_DISTANCE,
             "training": {"seed": self.seed, "steps": self.step, "wall_seconds": round(self.elapsed, 1),
                          "final_loss": round(self.smoothed_loss(), 5), "recipe": asdict(self.recipe),
@@ -236,13 +242,14 @@ class Trainer:
         """A clip's per-chunk noise levels (repeated per frame), its noise, the noisy clip and the corrupted
         context, drawn from ``g`` in that order; and this step's learning rate set."""
         r = self.recipe
-        chunks = -(-r.clip_frames // FRAMES_PER_BLOCK)
+        fpb = self.frames_per_block
+        chunks = -(-r.clip_frames // fpb)
         sigma_chunk = training_sigmas(r.batch, chunks, DEMO_SIGMAS, g, r.p_schedule_sigma)
-        sigma = sigma_chunk.repeat_interleave(FRAMES_PER_BLOCK, dim=1)[:, : r.clip_frames]
+        sigma = sigma_chunk.repeat_interleave(fpb, dim=1)[:, : r.clip_frames]
         noise = torch.randn(x0.shape, generator=g)
         s = sigma[:, None, :, None, None]
         noisy = (1 - s) * x0 + s * noise
-        context = corrupt_context(x0, FRAMES_PER_BLOCK, g, p=r.p_context_corruption)
+        context = corrupt_context(x0, fpb, g, p=r.p_context_corruption)
         for group in self.optimizer.param_groups:
             group["lr"] = r.lr_at(self.step, time_fraction)
         return sigma, noise, noisy, context

@@ -11,6 +11,7 @@ the weights, named so that they sit beside the sprite demo's in the bundled weig
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from pathlib import Path
 
@@ -93,6 +94,30 @@ def _table(cases) -> str:
     return "\n".join(rows)
 
 
+def _conditioning(meta: dict) -> str:
+    return textwrap.fill(_conditioning_text(meta), width=113, break_on_hyphens=False)
+
+
+def _conditioning_text(meta: dict) -> str:
+    from .actions import REFERENCE_INPUT
+
+    keys = ("Per frame, one embedding of (the key, the shift in patches since the chunk's reference frame, the map "
+            "position as sines and cosines of the wrapping coordinates) is added to the frame's timestep embedding: "
+            "it steers every block through the per-frame adaLN modulation and the head (`ActionRunner`, "
+            "`tools/demo/actions.py`).")
+    if meta["world"].get("inputs") != REFERENCE_INPUT:
+        return keys + (" A whole-frame shift has to be found through RoPE from that embedding alone; this file "
+                       f"runs {meta['frames_per_block']}-frame chunks.")
+    return keys + (
+        " Besides, the key's shift is fed directly: the patch embedding reads, beside the noisy frame, the frame's "
+        "reference frame (the last clean frame before its chunk) moved by the frame's offset, zero where the move "
+        "leaves the reference, and one channel saying where it is defined (7 input channels). The part of the view "
+        "that stays in sight is therefore in the model's input, and what it has to make is the strip the move brings "
+        f"in, and keep the rest from drifting. Chunks of {meta['frames_per_block']} frame, so every frame is one key "
+        "away from a clean frame. The Wan blocks are unchanged, and the engine's sampler, caches and FAST-AR run the "
+        "model as any other: the runner keeps the last committed frame for the next chunk.")
+
+
 def write_world_report(out_dir, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, notes: str = "", log=print) -> dict:
     from .model import load_demo_model
 
@@ -118,7 +143,8 @@ def write_world_report(out_dir, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, n
 
 A keyboard-steered world model in the demo family: the Wan2.1 demo architecture ({_parameter_count(weights):,}
 parameters with its text and action encoders, fp16) conditioned per frame on the key pressed, the shift since the
-chunk's reference frame and the camera's map position (`tools/demo/actions.py`), trained by
+chunk's reference frame and the camera's map position (and, in files that say so, that reference frame moved by
+the key: `tools/demo/actions.py`), trained by
 `fastar train-demo --world steer` (`tools/demo/world_train.py`) on the steered world (`tools/demo/steer_world.py`).
 
 ## Verdict
@@ -135,14 +161,7 @@ make a wrong shift visible. Each frame's camera position is given with its key, 
 recalled from memory instead of re-invented.
 
 ## Conditioning
-Per frame, one embedding of (the key, the shift in patches since the last frame of the chunk before, the map
-position as sines and cosines of the wrapping coordinates) is added to the frame's timestep embedding: it steers
-every block through the per-frame adaLN modulation and the head (`ActionRunner`, `tools/demo/actions.py`). The
-shift since the chunk's reference frame tells the second and third frame of a chunk their total offset, which
-the 0-of-6 feasibility attempt before this one lacked. This is simpler than Matrix-Game 2.0's keyboard module
-(a per-frame attention layer in each block): that path was being built on another branch and had not landed
-when this model was trained, so the Wan blocks here are unchanged and the engine's sampler, caches and FAST-AR
-run the model as any other.
+{_conditioning(meta)}
 
 ## Recipe
 The sprite demo's recipe with the world's clips: {recipe['clip_frames']}-frame clips (a random map, start and key

@@ -5,6 +5,10 @@ noise levels on the sampler's sigmas, corrupted and one-step self-predicted cont
 checkpoints) with the steered world's clips: a random map, a random start and a random key sequence per clip,
 each frame conditioned on its key, its offset from the chunk's reference frame and the camera position
 (``actions.ActionEncoder``). The prompt is one fixed sentence: the world is told by its keys, not by words.
+
+The model is trained with one-frame chunks and reads, beside each frame, its reference frame (the context frame
+before it: corrupted or the model's own prediction like the rest of the context) moved by the key
+(``actions.moved_reference``), exactly what the sampler's ``ActionRunner`` hands it while rolling out.
 """
 
 from __future__ import annotations
@@ -15,10 +19,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .actions import STATE_PREFIX, ActionEncoder, added_to_time_embedding, batch_tracks
+from .actions import (
+    REFERENCE_INPUT,
+    STATE_PREFIX,
+    ActionEncoder,
+    added_to_time_embedding,
+    batch_tracks,
+    moved_reference,
+    reference_frames,
+)
 from .data import clip_seed, step_generator
-from .settings import FRAMES_PER_BLOCK, MODEL_CONFIG
+from .settings import FRAME_HW, ROPE_MAX_DISTANCE, WORLD_FRAMES_PER_BLOCK, WORLD_MODEL_CONFIG
 from .steer_world import MAP_SIZE, STEP, VIEW_SIZE, make_map, random_actions, render_track, track_from_actions
+from .teacher_forcing import TeacherForcingForward
 from .train import Trainer, TrainRecipe
 
 WORLD_PROMPT = "a calm and quiet textured background"
@@ -52,13 +65,35 @@ def world_recipe(**overrides) -> TrainRecipe:
     return TrainRecipe(**{"sprite_loss_weight": 1.0, "p_rollout_context": 0.0, **overrides})
 
 
+class MovedReferenceForward(TeacherForcingForward):
+    """The teacher-forcing forward with each frame's moved reference frame joined to its input channels (the
+    same for a frame's clean copy and its noisy twin: the context frame before it, moved by its offset).
+    ``offset`` (``[B, T, 2]`` per clip frame) is set for each step's clips."""
+
+    def __init__(self, model, num_frames: int, frames_per_block: int, frame_hw: tuple, **kw):
+        super().__init__(model, num_frames, frames_per_block, frame_hw, **kw)
+        self.frames_per_block = frames_per_block
+        self.offset: torch.Tensor | None = None
+
+    def __call__(self, context_frames, noisy_frames, context_t, noisy_t, text):
+        assert self.offset is not None, "the clips' offsets are set before the forward"
+        frames = torch.arange(context_frames.shape[2])
+        reference = context_frames[:, :, reference_frames(frames, self.frames_per_block)]
+        extra = moved_reference(reference, self.offset)
+        return super().__call__(torch.cat([context_frames, extra], 1), torch.cat([noisy_frames, extra], 1),
+                                context_t, noisy_t, text)
+
+
 class WorldTrainer(Trainer):
+    model_config = WORLD_MODEL_CONFIG
+    frames_per_block = WORLD_FRAMES_PER_BLOCK
+
     def __init__(self, out_dir, recipe: TrainRecipe, seed: int, log, map_size: int = MAP_SIZE):
         super().__init__(out_dir, recipe, seed, log)
         self.map_size = map_size
         with torch.random.fork_rng():
             torch.manual_seed(seed + 1)
-            self.action_encoder = ActionEncoder(MODEL_CONFIG.dim, map_size // STEP, FRAMES_PER_BLOCK)
+            self.action_encoder = ActionEncoder(self.model_config.dim, map_size // STEP, self.frames_per_block)
         self.ema_action = copy.deepcopy(self.action_encoder).requires_grad_(False)
         params = [*self.model.parameters(), *self.text_encoder.parameters(), *self.action_encoder.parameters()]
         self.optimizer = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay, betas=(0.9, 0.99))
@@ -66,6 +101,10 @@ class WorldTrainer(Trainer):
         f = self.forward
         self.sequence_frames = torch.cat([torch.arange(f.clean_frames.start, f.clean_frames.stop),
                                           torch.arange(f.noisy_frames.start, f.noisy_frames.stop)])
+
+    def make_forward(self) -> TeacherForcingForward:
+        return MovedReferenceForward(self.model, self.recipe.clip_frames, self.frames_per_block, FRAME_HW,
+                                     rope_max_distance=ROPE_MAX_DISTANCE)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "action_encoder": self.action_encoder.state_dict(),
@@ -87,7 +126,8 @@ class WorldTrainer(Trainer):
     def demo_metadata(self) -> dict:
         meta = super().demo_metadata()
         meta["world"] = {"kind": WORLD_KIND, "map_size": self.map_size, "step_pixels": STEP,
-                         "view_size": VIEW_SIZE, "prompt": WORLD_PROMPT}
+                         "view_size": VIEW_SIZE, "prompt": WORLD_PROMPT,
+                         "inputs": REFERENCE_INPUT}
         return meta
 
     def extra_weights(self) -> dict:
@@ -101,6 +141,8 @@ class WorldTrainer(Trainer):
         sigma, noise, noisy, context = self._noised(x0, g, time_fraction)
         text = self.forward.encode_text(self.text_encoder(self.tokenizer.batch([WORLD_PROMPT] * r.batch)))
         embedding = self.action_encoder.embed(batch.actions, batch.positions, self.sequence_frames)
+        self.forward.offset = self.action_encoder.frame_conditions(
+            batch.actions, batch.positions, torch.arange(r.clip_frames))[1]
         with added_to_time_embedding(self.model, embedding):
             if r.p_own_context > 0:
                 context = self._own_context(context, x0, text, g)
