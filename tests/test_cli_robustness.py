@@ -63,6 +63,9 @@ class Forked:
             code = 97
             try:
                 torch.set_num_threads(1)
+                # Ctrl-C as in a terminal: a shell's background job (CI under nohup, say) starts with SIGINT
+                # ignored, and Python then installs no KeyboardInterrupt handler of its own.
+                signal.signal(signal.SIGINT, signal.default_int_handler)
                 if fsize is not None:
                     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
                 os.dup2(out_w, 1)
