@@ -189,6 +189,26 @@ def test_a_new_policy_is_one_class_and_one_registry_line(monkeypatch):
 
 
 # -- keys rotated once ----------------------------------------------------------------------------------------
+def rollout_noting_rotation(attention, spec):
+    """An 18-frame rollout of the tiny model through ``attention``, and whether each cache view it got held keys
+    already rotated."""
+    seen = []
+    runner = CausalRunner(tiny_model(), attention=attention)
+    sampler = build_sampler(runner, FastARConfig(backend="torch"))
+    runner.attention = attention
+    original = attention.self_attention
+
+    def spy(layer, q, k, v, positions, view, info):
+        if view is not None:
+            seen.append(view.rotated)
+        return original(layer, q, k, v, positions, view, info)
+
+    attention.self_attention = spy
+    cfg = RolloutConfig(num_frames=18, latent_height=4, latent_width=4, frames_per_block=FPB, cache=spec,
+                        schedule="self-forcing")
+    return sampler.generate(tiny_context(), cfg), seen
+
+
 @pytest.mark.parametrize("policy", ["global", "window", "rolling", "recompute"])
 def test_keys_rotated_once_give_the_rollout_of_keys_rotated_every_chunk(policy):
     from comfyui_fastar.tools.bench.rotated_keys import PreRopeKeys
@@ -196,21 +216,8 @@ def test_keys_rotated_once_give_the_rollout_of_keys_rotated_every_chunk(policy):
     spec = SPECS[policy].validate(FPB)
     out = {}
     for name, attention in (("once", RecordingAttention()), ("every chunk", PreRopeKeys(backend="torch"))):
-        seen = []
-        runner = CausalRunner(tiny_model(), attention=attention)
-        sampler = build_sampler(runner, FastARConfig(backend="torch"))
-        runner.attention = attention
-        original = attention.self_attention
-
-        def spy(layer, q, k, v, positions, view, info, original=original, seen=seen):
-            if view is not None:
-                seen.append(view.rotated)
-            return original(layer, q, k, v, positions, view, info)
-
-        attention.self_attention = spy
-        cfg = RolloutConfig(num_frames=18, latent_height=4, latent_width=4, frames_per_block=FPB, cache=spec,
-                            schedule="self-forcing")
-        out[name] = sampler.generate(tiny_context(), cfg).latent
+        result, seen = rollout_noting_rotation(attention, spec)
+        out[name] = result.latent
         assert set(seen) == {name == "once"}, name
     # Rounding apart, the same rollout. Rolling's re-positioned sink (rotated on by the shift, from chunk 4 on)
     # perturbs at 1e-7 like the rest, but the tiny random model's attention amplifies it to 1e-5 in those chunks;
@@ -256,21 +263,7 @@ def test_tempcache_with_the_quantized_search_keeps_keys_rotated_and_gives_the_ro
             threshold=0.5, capacity_frames=6, matcher=matcher)).validate(FPB)
         for name, attention in (("once", DenseAttention(backend="torch")),
                                 ("every chunk", PreRopeKeys(backend="torch"))):
-            seen = []
-            runner = CausalRunner(tiny_model(), attention=attention)
-            sampler = build_sampler(runner, FastARConfig(backend="torch"))
-            runner.attention = attention
-            original = attention.self_attention
-
-            def spy(layer, q, k, v, positions, view, info, original=original, seen=seen):
-                if view is not None:
-                    seen.append(view.rotated)
-                return original(layer, q, k, v, positions, view, info)
-
-            attention.self_attention = spy
-            cfg = RolloutConfig(num_frames=18, latent_height=4, latent_width=4, frames_per_block=FPB, cache=spec,
-                                schedule="self-forcing")
-            result = sampler.generate(tiny_context(), cfg)
+            result, seen = rollout_noting_rotation(attention, spec)
             out[matcher, name] = result.latent
             merges[matcher, name] = result.cache_stats["merges_per_layer"]
             assert set(seen) == {matcher == "quantized" and name == "once"}, (matcher, name)
