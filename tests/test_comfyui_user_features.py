@@ -87,8 +87,11 @@ def test_wan22_vae_streaming_decode_equals_vae_decode(wan22):
     r = figures(wan22, "wan22_vae_streaming_decode")
     assert r["kind"] == "wan2.2" and r["full_shape"] == [13, 32, 48, 3], r
     assert r["full_std"] > 0.05 and r["clamped_fraction"] < 0.5, "the random VAE must decode to varied pixels"
+    # Equal to float rounding: one latent frame per call runs the decoder's convolutions on other input shapes,
+    # for which the CPU's convolution library may pick kernels that sum in another order (bit-equal on some
+    # machines, 2.6e-6 apart on others); a wrong cache or a skipped first chunk is off by far more than 1e-5.
     for piece, got in r["pieces"].items():
-        assert got["shape"] == r["full_shape"] and got["max_abs_diff"] == 0.0, (piece, got)
+        assert got["shape"] == r["full_shape"] and got["max_abs_diff"] <= 1e-5, (piece, got)
     assert r["no_first_chunk"] == "refused", "frame 0 needs the decoder's first_chunk, as VAE Decode gives it"
 
 
