@@ -131,3 +131,7 @@ class RestartSpec:
         if not self.enabled or frame < self.every:
             return frame
         return self.overlap + (frame - self.every) % self.new_frames
+
+
+# CausVid's long-video script: rollouts of 21 latent frames (its cache), restarted from 3 (``--num_overlap_frames``)
+CAUSVID_RESTART = RestartSpec(every=21, overlap=3)

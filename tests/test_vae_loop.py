@@ -13,11 +13,10 @@ from comfyui_fastar.fastar_core.caches import CacheShape, CacheSpec
 from comfyui_fastar.fastar_core.errors import FastARError
 from comfyui_fastar.fastar_core.runner import CausalRunner
 from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
-from comfyui_fastar.fastar_core.vae import RedecodeStream, RestartSpec, open_stream, pixel_frames
+from comfyui_fastar.fastar_core.vae import CAUSVID_RESTART, RedecodeStream, RestartSpec, open_stream, pixel_frames
 
 from helpers import tiny_context, tiny_model
 
-CAUSVID = RestartSpec(every=21, overlap=3)
 KREA_OFF = CacheSpec(policy="recompute", sink_frames=0, window_frames=6)
 
 
@@ -45,7 +44,7 @@ def run(cfg_kw, vae=None, model=None, frames=48, **kw):
 
 def test_restarts_and_krea_without_its_first_frame_need_a_vae():
     with pytest.raises(FastARError, match="restart_every 21 is CausVid's long video.*give a VAE.*'vae' input"):
-        run({"restart": CAUSVID, "cache": CacheSpec(policy="global")})
+        run({"restart": CAUSVID_RESTART, "cache": CacheSpec(policy="global")})
     with pytest.raises(FastARError, match="sink_frames 0 is Krea's keep_first_frame off.*give a VAE.*sink_frames 1"):
         run({"cache": KREA_OFF})
     with pytest.raises(FastARError, match="needs encode.pixels. and decode.latents."):
@@ -56,8 +55,8 @@ def test_restarts_and_krea_without_its_first_frame_need_a_vae():
 @pytest.mark.parametrize("restart,cache,mode,match", [
     (RestartSpec(every=20, overlap=3), "global", "chunk", "multiples of frames_per_block"),
     (RestartSpec(every=21, overlap=21), "global", "chunk", "less than restart_every"),
-    (CAUSVID, "tempcache", "chunk", "cache policy global or window"),
-    (CAUSVID, "global", "rolling", "sampler mode 'chunk'"),
+    (CAUSVID_RESTART, "tempcache", "chunk", "cache policy global or window"),
+    (CAUSVID_RESTART, "global", "rolling", "sampler mode 'chunk'"),
 ])
 def test_restart_settings_that_cannot_run_are_refused(restart, cache, mode, match):
     with pytest.raises(FastARError, match=match):
@@ -66,7 +65,7 @@ def test_restart_settings_that_cannot_run_are_refused(restart, cache, mode, matc
 
 def test_restart_refuses_a_start_image():
     with pytest.raises(FastARError, match="takes no initial latents"):
-        run({"restart": CAUSVID, "cache": CacheSpec(policy="global")}, vae=ToyVAE(),
+        run({"restart": CAUSVID_RESTART, "cache": CacheSpec(policy="global")}, vae=ToyVAE(),
             initial_latents=torch.zeros(1, 16, 1, 4, 4))
 
 
@@ -74,7 +73,8 @@ def test_causvid_restart_decodes_the_finished_rollout_and_starts_from_its_reenco
     model = tiny_model()
     vae = ToyVAE()
     frames = 21 + 2 * 18  # three rollouts
-    out = run({"restart": CAUSVID, "cache": CacheSpec(policy="global")}, vae=vae, model=model, frames=frames).latent
+    out = run({"restart": CAUSVID_RESTART, "cache": CacheSpec(policy="global")}, vae=vae, model=model,
+              frames=frames).latent
     plain = run({"cache": CacheSpec(policy="global")}, model=model, frames=frames).latent
     assert torch.equal(out[:, :, :21], plain[:, :, :21]), "the first rollout is the plain rollout's first 21 frames"
     assert not torch.allclose(out[:, :, 21:], plain[:, :, 21:])
@@ -91,7 +91,7 @@ def test_causvid_restart_decodes_the_finished_rollout_and_starts_from_its_reenco
 
 
 def test_restart_positions_start_again_and_the_cache_holds_one_rollout():
-    spec = CAUSVID
+    spec = CAUSVID_RESTART
     assert [spec.position(f) for f in (0, 20, 21, 38, 39, 56)] == [0, 20, 3, 20, 3, 20]
     assert [f for f in range(80) if spec.segment_start(f)] == [21, 39, 57, 75]
     reports = []

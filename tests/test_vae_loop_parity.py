@@ -40,14 +40,13 @@ import test_reference_parity as trp
 import torch
 
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec
-from comfyui_fastar.fastar_core.vae import RestartSpec
+from comfyui_fastar.fastar_core.vae import CAUSVID_RESTART
 
 pytestmark = trp.pytestmark
 
 VAE_DIM = 8  # the Wan2.1 VAE's base width (96 released): a small random VAE of the same structure
 VAE_SEED = 11
 CAUSVID_ROLLOUTS = 4  # 21 + 3 x 18 = 75 latent frames
-CAUSVID_RESTART = RestartSpec(every=21, overlap=3)  # its script's rollout and --num_overlap_frames
 CAUSVID_PACKAGES = ("causvid", "causvid.models", "causvid.models.wan", "causvid.models.wan.wan_base",
                     "causvid.models.wan.wan_base.modules")
 CAUSVID_VAE = "causvid.models.wan.wan_base.modules.vae"

@@ -23,10 +23,9 @@ from ..fastar_core.errors import FastARError
 from ..fastar_core.parallel import check_settings, collective_failure, init_from_launcher, local_device
 from ..fastar_core.runner import CausalRunner
 from ..fastar_core.sampler import RolloutConfig
+from ..fastar_core.vae import CAUSVID_RESTART
 from . import checks
 from .outputs import LATENT_FILE, STATS_FILE, run_lock, write_run
-
-CAUSVID_ROLLOUT = 21  # latent frames of one CausVid rollout (its cache), after which its script restarts
 
 
 def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int = 24) -> torch.Tensor:
@@ -98,10 +97,10 @@ def _run(args, inputs, device, parallel) -> int:
         _, ph, pw = cfg.patch_size
         parallel.check_geometry(cfg.num_heads, (args.height // stride // ph) * (args.width // stride // pw))
         check_settings(spec, fastar)
-    if is_main and args.schedule == "causvid" and args.frames > CAUSVID_ROLLOUT:
-        print(f"note: CausVid's own long video restarts every {CAUSVID_ROLLOUT} latent frames from VAE re-encoded "
-              "frames; the command line loads no VAE, so this rollout keeps one cache past them (the Long Video "
-              "Sampler node with a VAE and restart_every 21 runs CausVid's restarts)")
+    if is_main and args.schedule == "causvid" and args.frames > CAUSVID_RESTART.every:
+        print(f"note: CausVid's own long video restarts every {CAUSVID_RESTART.every} latent frames from VAE "
+              "re-encoded frames; the command line loads no VAE, so this rollout keeps one cache past them (the Long "
+              f"Video Sampler node with a VAE and restart_every {CAUSVID_RESTART.every} runs CausVid's restarts)")
     checks.check_rollout_memory(args, cfg, device, planned_cache_bytes(spec, cfg, args, ckpt.dtype))
     if ckpt.mixed_dtypes:
         print(f"note: the file mixes dtypes {ckpt.file_dtypes}; all weights run as {ckpt.summary()['dtype']}")

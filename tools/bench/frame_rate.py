@@ -121,7 +121,7 @@ def _plot(path, modes: dict, per_round: dict, frames: int) -> None:
         xs = [x for x in best["fastar"][0] if x >= FRAME_RATE_FROM]
         for label, k in (("fastar median +10 %", 1 + FLAT_TOLERANCE), ("fastar median -10 %", 1 - FLAT_TOLERANCE)):
             best[label] = (xs, [fast["median_fps"] * k] * len(xs))
-    rounds = {f"round {i + 1}": ([r["frame_start"] for r in rows], [r["frames"] / r["cpu_seconds"] for r in rows])
+    rounds = {f"round {i + 1}": ([r["frame_start"] for r in rows], rates(rows))
               for i, rows in enumerate(per_round["fastar"])}
     line_plots(path, [
         {"title": "frames per CPU second (least over rounds)", "xlabel": "latent frame", "ylabel": "frames/s",
