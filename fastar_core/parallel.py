@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -170,6 +171,36 @@ def init_from_launcher(device: torch.device, timeout_s: float = 120.0) -> Sequen
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     return SequenceParallel.from_default_group()
+
+
+_left_group = False
+
+
+def leave_group() -> None:
+    """Leave the group ``init_from_launcher`` joined; the process should then end by ``end_rank_process``."""
+    global _left_group
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    _left_group = True
+
+
+def end_rank_process(code: int) -> None:
+    """End the process with ``code`` at once if it left a torchrun group; return otherwise.
+
+    After ``destroy_process_group`` torch 2.13 can keep gloo's worker threads alive (seen once a model with an
+    ``nn.Embedding`` was built under ``torch.device("meta")``), and one of them may still be releasing the last
+    collective's tensors, which needs the GIL, when the interpreter shuts down: that thread then aborts the process
+    (``terminate called without an active exception``, then SIGSEGV), now and then, after every file was written.
+    Ending without the interpreter's shutdown leaves nothing for that thread to race; output is flushed first."""
+    if not _left_group:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def local_device(device: torch.device) -> torch.device:

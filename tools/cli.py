@@ -216,17 +216,21 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     stdout = forgiving_stdout()
     try:
-        return _dispatch(argv)
+        code = _dispatch(argv)
     except SystemExit:
         raise
     except BaseException as e:  # noqa: B036 - an interrupt is reported too, as one line
-        return report_error(e)
+        code = report_error(e)
     finally:
         try:
             sys.stdout.flush()
         except (OSError, ValueError):
             pass
         sys.stdout = stdout
+    parallel = sys.modules.get(__package__.rsplit(".", 1)[0] + ".fastar_core.parallel")
+    if parallel is not None:  # a torchrun rank ends here, past a teardown race in torch.distributed
+        parallel.end_rank_process(code)
+    return code
 
 
 def _dispatch(argv: list) -> int:

@@ -20,7 +20,7 @@ from ..fastar_core.caches.base import CacheShape
 from ..fastar_core.caches.spec import CacheSpec
 from ..fastar_core.checkpoint import build_model, load_checkpoint
 from ..fastar_core.errors import FastARError
-from ..fastar_core.parallel import check_settings, collective_failure, init_from_launcher, local_device
+from ..fastar_core.parallel import check_settings, collective_failure, init_from_launcher, leave_group, local_device
 from ..fastar_core.runner import CausalRunner
 from ..fastar_core.sampler import RolloutConfig
 from ..fastar_core.vae import CAUSVID_RESTART
@@ -61,9 +61,7 @@ def run_generate(args) -> int:
         return _run(args, inputs, device, parallel)
     finally:
         if parallel is not None:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+            leave_group()
 
 
 def _run(args, inputs, device, parallel) -> int:
