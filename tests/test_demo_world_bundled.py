@@ -1,6 +1,6 @@
-"""The bundled steered-world model: it loads as a world model, its card's figures come from these weights, it
-follows the keys and carries the view, and (an expected failure until the new strips are generated rather than
-averaged) its 240-frame rollout passes the whole of the world's bar."""
+"""The bundled steered-world model: it loads as a world model with the sampler its file names, its card's figures
+come from these weights, it follows the keys and carries the view, and (an expected failure until its new strips
+hold landmarks) its 240-frame rollout passes the whole of the world's bar."""
 
 import json
 
@@ -39,16 +39,31 @@ def test_the_bundled_world_model_is_small_and_its_card_reports_these_weights(see
             "FAST-AR") in (WEIGHTS_DIR / "WORLD_MODEL_CARD.md").read_text()
 
 
+def test_it_samples_with_the_solver_its_file_names(seed_one):
+    demo, _ = seed_one
+    assert demo.metadata["sampler"] == {"solver": "unipc", "steps": 6, "shift": 1.0}
+    assert (demo.schedule.solver, demo.schedule.num_steps) == ("unipc", 6)
+
+
+def test_a_demo_file_naming_an_unknown_solver_is_refused():
+    from comfyui_fastar.fastar_core.errors import FastARError
+    from comfyui_fastar.tools.demo.model import schedule_from_metadata
+
+    assert schedule_from_metadata({"schedule": [1.0, 0.5]}).solver == "dmd"
+    with pytest.raises(FastARError, match="only the 'unipc' solver"):
+        schedule_from_metadata({"schedule": [1.0, 0.5], "sampler": {"solver": "euler", "steps": 4, "shift": 1.0}})
+
+
 def test_it_follows_the_keys_and_carries_what_stays_in_view(seed_one):
     _, report = seed_one
     assert report["checks"]["action_following"] and report["checks"]["carried"], \
         {k: report[k] for k in ("action_following", "carried_psnr_db")}
 
 
-@pytest.mark.xfail(strict=True, reason="the bundled world model follows the keys and carries the view, but invents "
-                                       "each new strip as a bland average of the ground, so colour spread and "
-                                       "high-frequency energy collapse (WORLD_MODEL_CARD.md); remove this mark once "
-                                       "it passes")
+@pytest.mark.xfail(strict=True, reason="the bundled world model follows the keys and carries the view, but its new "
+                                       "strips hold colour blobs rather than landmarks, and they thin out: colour "
+                                       "spread falls below the bar over the last quarter (WORLD_MODEL_CARD.md); "
+                                       "remove this mark once it passes")
 def test_a_240_frame_rollout_along_the_scripted_path_passes_the_world_bar(seed_one):
     _, report = seed_one
     assert report["passed"], {k: report[k] for k in ("action_following", "carried_psnr_db", "spread_ratios")}

@@ -124,6 +124,7 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
 
     demo = load_demo_model(out / "demo_model.safetensors")
     assert demo.is_world and demo.metadata["world"]["map_size"] == 96
+    assert demo.schedule.solver == "unipc"  # a world file names its ODE sampler (settings.WORLD_SAMPLER)
     world = make_map(11)
     track = track_from_actions(scripted_path(8, side=2), start=(4, 4))
     frames, truth, _ = world_rollout(demo, world, track)
@@ -140,6 +141,7 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
     assert result == {"passes": {"dense-global": 0, "fastar": 0}, "seeds": 1}
     card = (out / "WORLD_MODEL_CARD.md").read_text()
     assert "0 of 1 seeds pass with dense-global, 0 of 1 with FAST-AR" in card and "| fastar | 1 | FAIL |" in card
+    assert "UNIPC with 6 steps" in card
     assert (out / "world_frames.png").stat().st_size > 0 and (out / "world_eval.json").is_file()
 
     import json

@@ -20,6 +20,7 @@ from ...fastar_core.errors import FastARError
 from ...fastar_core.runner import CausalRunner
 from ...fastar_core.sampler import ARSampler, RolloutConfig, RolloutResult
 from ...fastar_core.schedule import DenoisingSchedule, custom_schedule
+from ...fastar_core.unipc import unipc_steps
 from ...fastar_core.wan_model import WanModel
 from .settings import WEIGHTS_DIR, WEIGHTS_FILE
 from .text import PromptEncoder, TextEncoder, Tokenizer
@@ -132,10 +133,23 @@ def load_demo_model(path=None, device="cpu") -> DemoModel:
     return DemoModel(
         model=model, text_encoder=encoder, tokenizer=tokenizer, frame_size=tuple(meta["frame_size"]),
         channels=meta["channels"], frames_per_block=meta["frames_per_block"],
-        schedule=custom_schedule(meta["schedule"]), rope_max_distance=meta["rope_max_distance"],
+        schedule=schedule_from_metadata(meta), rope_max_distance=meta["rope_max_distance"],
         context_noise=meta.get("context_noise", 0.0), trained_span_frames=meta["trained_span_frames"], metadata=meta,
         action_encoder=action_encoder,
     )
+
+
+def schedule_from_metadata(meta: dict) -> DenoisingSchedule:
+    """The sampler a demo file asks for: its ``sampler`` entry (a UniPC run: solver, steps, shift), else the
+    re-noising steps of its ``schedule`` sigmas."""
+    sampler = meta.get("sampler")
+    if sampler is None:
+        return custom_schedule(meta["schedule"])
+    if sampler.get("solver") != "unipc":
+        raise FastARError(f"demo sampler {sampler!r}: only the 'unipc' solver is known (or no sampler entry)")
+    sigmas, timesteps = unipc_steps(int(sampler["steps"]), float(sampler["shift"]))
+    return DenoisingSchedule(f"unipc-{sampler['steps']}", sigmas, float(sampler["shift"]), timesteps,
+                             solver="unipc")
 
 
 def _load_action_encoder(path, meta: dict, dim: int, in_dim: int, device):

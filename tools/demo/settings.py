@@ -30,6 +30,11 @@ WORLD_MODEL_CONFIG = replace(MODEL_CONFIG, in_dim=2 * CHANNELS + 1)
 WORLD_FRAMES_PER_BLOCK = 1
 # Few steps as in the distilled AR models, but unshifted: 24x24 frames need no shift towards high noise.
 DEMO_SIGMAS = (1.0, 0.75, 0.5, 0.25)
+# The steered world's model is not distilled: each re-noised step of DEMO_SIGMAS asks it for the mean of what the
+# new strip could hold, and four such means average the landmarks away. An ODE solver (UniPC, unshifted) follows
+# the model's flow to a sample instead. Six steps were chosen on held-out maps (seeds 7 and 8, not the bar's):
+# fewer leave the strips too bland, more leave them noisier than the true views (WORLD_MODEL_CARD.md).
+WORLD_SAMPLER = {"solver": "unipc", "steps": 6, "shift": 1.0}
 TRAIN_CLIP_FRAMES = 21  # 7 chunks: covers a sink-3 + window-12 cache plus the chunk being denoised
 # Temporal RoPE distances past the trained span are clamped to the longest distance seen in training.
 ROPE_MAX_DISTANCE = TRAIN_CLIP_FRAMES - 1

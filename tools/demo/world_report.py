@@ -98,6 +98,20 @@ def _conditioning(meta: dict) -> str:
     return textwrap.fill(_conditioning_text(meta), width=113, break_on_hyphens=False)
 
 
+def _sampler(meta: dict) -> str:
+    sampler = meta.get("sampler")
+    if sampler is None:
+        text = (f"The re-noising steps of its schedule, sigmas {meta['schedule']} (each step asks for x0, then adds "
+                "fresh noise to the next sigma).")
+    else:
+        text = (f"{sampler['solver'].upper()} with {sampler['steps']} steps, shift {sampler['shift']} (the engine's "
+                "ODE solver, `fastar_core/unipc.py`: no fresh noise between steps), from the file's `sampler` entry; "
+                f"it was trained with noise levels weighted towards the sigmas {meta['schedule']}. Each re-noised "
+                "step of those sigmas asks this undistilled model for the mean of what a new strip could hold, and "
+                "four such means average the landmarks away; the solver follows its flow to a sample instead.")
+    return textwrap.fill(text, width=113, break_on_hyphens=False)
+
+
 def _conditioning_text(meta: dict) -> str:
     from .actions import REFERENCE_INPUT
 
@@ -122,11 +136,9 @@ def write_world_report(out_dir, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, n
     from .model import load_demo_model
 
     out_dir = Path(out_dir)
-    weights = out_dir / WEIGHTS_FILE
-    demo = load_demo_model(weights)
+    demo = load_demo_model(out_dir / WEIGHTS_FILE)
     cases = run_world_bar(demo, seeds, frames, log=log)
     passes = {m: sum(c["report"]["passed"] for c in cases if c["mode"] == m) for m in bar_modes()}
-    meta = demo.metadata
     evaluation = {"frames": frames, "seeds": list(seeds), "bar": BAR, "passes": passes,
                   "cases": [{k: v for k, v in c.items() if k not in ("frames", "truth")} for c in cases]}
     (out_dir / "world_eval.json").write_text(strict_json(evaluation, indent=1))
@@ -135,6 +147,18 @@ def write_world_report(out_dir, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, n
     losses = json.loads(loss_file.read_text())["losses"] if loss_file.is_file() else []
     if losses:
         plot_loss(losses, out_dir / "world_loss.png")
+    write_world_card(out_dir, out_dir / WEIGHTS_FILE, notes)
+    return {"passes": passes, "seeds": len(seeds)}
+
+
+def write_world_card(out_dir, weights, notes: str = "") -> None:
+    """WORLD_MODEL_CARD.md in ``out_dir`` from its ``world_eval.json`` and the metadata of ``weights``."""
+    from .model import load_demo_model
+
+    out_dir = Path(out_dir)
+    evaluation = json.loads((out_dir / "world_eval.json").read_text())
+    cases, passes, seeds, frames = (evaluation[k] for k in ("cases", "passes", "seeds", "frames"))
+    meta = load_demo_model(weights).metadata
     training = meta["training"]
     recipe = training["recipe"]
     verdict = (f"**{passes['dense-global']} of {len(seeds)} seeds pass with dense-global, {passes['fastar']} of "
@@ -163,6 +187,9 @@ recalled from memory instead of re-invented.
 ## Conditioning
 {_conditioning(meta)}
 
+## Sampler
+{_sampler(meta)}
+
 ## Recipe
 The sprite demo's recipe with the world's clips: {recipe['clip_frames']}-frame clips (a random map, start and key
 sequence each), batch {recipe['batch']}, AdamW lr {recipe['lr']}, {recipe['warmup_steps']} warm-up steps then
@@ -188,4 +215,3 @@ at >= {BAR['carried_psnr_db']} dB pooled; colour spread and high-frequency energ
 ![frames](world_frames.png)
 """
     (out_dir / "WORLD_MODEL_CARD.md").write_text(card)
-    return {"passes": passes, "seeds": len(seeds)}

@@ -29,7 +29,7 @@ from .actions import (
     reference_frames,
 )
 from .data import clip_seed, step_generator
-from .settings import FRAME_HW, ROPE_MAX_DISTANCE, WORLD_FRAMES_PER_BLOCK, WORLD_MODEL_CONFIG
+from .settings import FRAME_HW, ROPE_MAX_DISTANCE, WORLD_FRAMES_PER_BLOCK, WORLD_MODEL_CONFIG, WORLD_SAMPLER
 from .steer_world import MAP_SIZE, STEP, VIEW_SIZE, make_map, random_actions, render_track, track_from_actions
 from .teacher_forcing import TeacherForcingForward
 from .train import Trainer, TrainRecipe
@@ -128,6 +128,7 @@ class WorldTrainer(Trainer):
         meta["world"] = {"kind": WORLD_KIND, "map_size": self.map_size, "step_pixels": STEP,
                          "view_size": VIEW_SIZE, "prompt": WORLD_PROMPT,
                          "inputs": REFERENCE_INPUT}
+        meta["sampler"] = dict(WORLD_SAMPLER)
         return meta
 
     def extra_weights(self) -> dict:
