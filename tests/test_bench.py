@@ -105,3 +105,18 @@ def test_frame_rate_steadiness_tells_a_flat_rate_from_a_falling_one():
     assert falling["within_10_percent"] < 0.5 and falling["trend_last_over_first"] < 0.65
     assert flat["median_fps"] == pytest.approx(3 / 0.305, rel=0.04)  # CPU seconds, not the wall's 9 s
     assert frame_rate_steadiness(rows(lambda f: 0.3)[:30]) is None  # too few chunks past frame 60
+
+
+def test_rotated_keys_bench_times_the_rotation_it_saves(tmp_path):
+    """Rotating every chunk spends more of a chunk on RoPE than rotating once, the bench reports that share
+    beside the drop it measured, and the two videos are the same up to rounding."""
+    from comfyui_fastar.tools.bench.rotated_keys import run_rotated_keys_bench
+
+    report = run_rotated_keys_bench(tmp_path, frames=18, model="demo")
+    once, every = report["modes"]["rotated once"], report["modes"]["rotated every chunk"]
+    assert len(once["rope_seconds_each_chunk"]) == len(every["seconds_each_chunk"]) == 6  # 18 frames, 3 a chunk
+    assert every["late_chunks_mean_rope_seconds"] > once["late_chunks_mean_rope_seconds"] > 0
+    assert 0 < report["rerotation_share"] < 1
+    assert report["late_chunk_drop"] == pytest.approx(1 - report["late_chunk_ratio"], abs=1e-3)
+    assert report["relative_difference_of_videos"] < 1e-5
+    assert (tmp_path / "rotated_keys.json").is_file() and (tmp_path / "rotated_keys.png").is_file()
