@@ -113,7 +113,8 @@ def _krea_server_schedule(steps: int = 5, shift: float = 5.0) -> DenoisingSchedu
     return reference_table_schedule("krea", [float(padded[1000 - int(p)]) for p in picks], shift)
 
 
-def _unipc_schedule(name: str, steps: int, shift: float) -> DenoisingSchedule:
+def unipc_schedule(name: str, steps: int, shift: float) -> DenoisingSchedule:
+    """A UniPC run of ``steps`` at ``shift``: its sigmas and the integer timesteps the model is fed."""
     sigmas, timesteps = unipc_steps(steps, shift)
     return DenoisingSchedule(name, sigmas, shift, timesteps, solver="unipc")
 
@@ -129,7 +130,7 @@ SCHEDULE_PRESETS = {
     # Matrix-Game 2.0 universal and gta_drive: 1000/666/333 warped at shift 5 (templerun takes self-forcing's).
     "matrix-game": DenoisingSchedule("matrix-game", tuple(warp_steps([1000, 666, 333], 5.0)), 5.0),
     # LongLive 2.0 (Wan2.2 TI2V-5B): 4 UniPC steps at shift 5, the model fed [999, 937, 833, 624].
-    "longlive2": _unipc_schedule("longlive2", 4, 5.0),
+    "longlive2": unipc_schedule("longlive2", 4, 5.0),
 }
 # Presets whose first chunk is denoised with another list (Causal Forcing++'s denoising_step_list_first_chunk).
 FIRST_CHUNK_SCHEDULES = {"causal-forcing++-1step": "self-forcing", "causal-forcing++-2step": "self-forcing"}

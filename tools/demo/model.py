@@ -19,8 +19,7 @@ from ...fastar_core.checkpoint import load_wan_model
 from ...fastar_core.errors import FastARError
 from ...fastar_core.runner import CausalRunner
 from ...fastar_core.sampler import ARSampler, RolloutConfig, RolloutResult
-from ...fastar_core.schedule import DenoisingSchedule, custom_schedule
-from ...fastar_core.unipc import unipc_steps
+from ...fastar_core.schedule import DenoisingSchedule, custom_schedule, unipc_schedule
 from ...fastar_core.wan_model import WanModel
 from .settings import WEIGHTS_DIR, WEIGHTS_FILE
 from .text import PromptEncoder, TextEncoder, Tokenizer
@@ -147,9 +146,7 @@ def schedule_from_metadata(meta: dict) -> DenoisingSchedule:
         return custom_schedule(meta["schedule"])
     if sampler.get("solver") != "unipc":
         raise FastARError(f"demo sampler {sampler!r}: only the 'unipc' solver is known (or no sampler entry)")
-    sigmas, timesteps = unipc_steps(int(sampler["steps"]), float(sampler["shift"]))
-    return DenoisingSchedule(f"unipc-{sampler['steps']}", sigmas, float(sampler["shift"]), timesteps,
-                             solver="unipc")
+    return unipc_schedule(f"unipc-{sampler['steps']}", int(sampler["steps"]), float(sampler["shift"]))
 
 
 def _load_action_encoder(path, meta: dict, dim: int, in_dim: int, device):
