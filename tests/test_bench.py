@@ -49,6 +49,17 @@ def test_bench_rollout_writes_every_field(tmp_path, capsys):
     assert "speedup" in table and "all+forced-annsa" in table
 
 
+def test_an_int8_cache_is_compared_with_its_float_twin(tmp_path):
+    out = tmp_path / "int8"
+    modes = "dense-global,dense-window,dense-window-int8"
+    assert main(["bench", "rollout", "--frames", "30", "--modes", modes, "--repeats", "1", "--out", str(out)]) == 0
+    report = json.loads((out / "rollout.json").read_text())
+    twin = report["modes"]["dense-window-int8"]["vs_float"]
+    assert twin["mode"] == "dense-window" and 30 < twin["psnr_db"] < 120 and 0 < twin["ssim"] <= 1
+    assert 0 < twin["latent_relative_error"] < 0.2  # rounded, not another video
+    assert "vs_float" not in report["modes"]["dense-window"]
+
+
 def test_bench_rollout_refuses_bad_modes_and_repeats(tmp_path, capsys):
     assert main(["bench", "rollout", "--frames", "6", "--modes", "dense-sparkle", "--out", str(tmp_path)]) == 2
     assert "dense-sparkle" in capsys.readouterr().err

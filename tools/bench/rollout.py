@@ -129,6 +129,14 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
         for name in names:
             per_mode[name]["quality"] = video_quality(results[name].latent, reference, start_frames,
                                                       data_range=2.0).to_dict()
+    for name in names:  # an int8 cache against its float twin, same seed: what the rounding alone changes
+        twin = name.removesuffix("-int8")
+        if twin != name and twin in results:
+            a, b = results[name].latent, results[twin].latent
+            twin_quality = video_quality(a, b, start_frames, data_range=2.0)
+            per_mode[name]["vs_float"] = {"mode": twin, "psnr_db": round(twin_quality.psnr_db, 3),
+                                          "ssim": round(twin_quality.ssim, 4),
+                                          "latent_relative_error": round(float((a - b).norm() / b.norm()), 4)}
 
     for name in names:
         spec, fastar = all_modes[name]
@@ -188,6 +196,8 @@ def run_rollout_bench(out_dir, frames: int = 240, model: str = "demo", modes=Non
                           "deviation from it, share of chunks within 10 % of it, last 10 chunks over the first 10",
             "cache_bytes": "live cache entries (TempCache: occupied group slots); cache_bytes_allocated: the "
                            "buffers, allocated once per rollout",
+            "vs_float": "an -int8 mode against its float twin (same seed): pooled PSNR, mean SSIM, relative error "
+                        "of the latents",
             "psnr_db": "PSNR against dense-global pooled over every generated frame (mean squared error first, "
                        "data range 2); null where identical",
             "ssim": "mean SSIM over every generated frame against dense-global",
