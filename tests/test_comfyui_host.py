@@ -740,12 +740,14 @@ def test_matrix_game_from_a_start_image_and_an_action_script_then_interrupted(wo
     video = entry["outputs"]["save"]["images"][0]
     assert (server.out / video["subfolder"] / video["filename"]).stat().st_size > 0
 
-    long_run = world_prompt(server.vae(), length=401)
+    # Long enough that the interrupt lands mid-rollout on a quiet machine too: 101 latent frames took 5 s in CI
+    # and finished before the server's log said the sampler was running.
+    long_run = world_prompt(server.vae(), length=1601)
     for node in ("dec", "vid", "save"):
         del long_run[node]
 
     def sampler_is_running():
-        return "FAST-AR: sampling 1 video(s) of 101 latent frames" in server.log.read_text()
+        return "FAST-AR: sampling 1 video(s) of 401 latent frames" in server.log.read_text()
 
     entry = run_prompt(server, long_run, interrupt_when=sampler_is_running)
     interrupted = messages(entry, "execution_interrupted")
