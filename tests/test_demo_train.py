@@ -52,6 +52,19 @@ def test_a_stopped_run_resumes_from_its_saved_step(tmp_path):
     assert any(not torch.equal(first[k], v) for k, v in _weights(tmp_path).items())
 
 
+def test_a_state_saved_before_a_recipe_field_existed_resumes_with_its_default(tmp_path):
+    train_demo(tmp_path, steps=1, batch=1, threads=1, report=False, log=lambda m: None)
+    path = tmp_path / "train_state.pt"
+    state = torch.load(path, weights_only=True)
+    del state["recipe"]["new_region_loss_weight"]
+    torch.save(state, path)
+    assert train_demo(tmp_path, steps=2, batch=1, threads=1, report=False, log=lambda m: None)["steps"] == 2
+    state["recipe"]["lr"] = 1.0  # a field that was there and differs still refuses the resume
+    torch.save(state, path)
+    with pytest.raises(ValueError, match="another seed or recipe"):
+        train_demo(tmp_path, steps=3, batch=1, threads=1, report=False, log=lambda m: None)
+
+
 def test_learning_rate_warms_up_then_decays():
     r = TrainRecipe(steps=1000, warmup_steps=100)
     assert r.lr_at(0) < r.lr_at(50) < r.lr_at(99) <= r.lr

@@ -212,3 +212,41 @@ def test_a_keys_only_world_file_still_runs_and_a_mismatched_one_is_refused(tmp_p
         load_demo_model(_rewritten(tmp_path, "no_inputs.safetensors", inputs=None))
     with pytest.raises(FastARError, match="world inputs 'optical-flow' are unknown"):
         load_demo_model(_rewritten(tmp_path, "unknown.safetensors", inputs="optical-flow"))
+
+
+def test_the_loss_weighs_the_strip_a_move_brings_in():
+    from comfyui_fastar.tools.demo.world_train import new_region_weights
+
+    # One frame per key: right brings in the rightmost 4-pixel columns, up the top rows, none nothing.
+    offset = torch.tensor([[[1, 0], [0, -1], [0, 0]]])
+    w = new_region_weights(offset, (24, 24), 4.0)
+    assert w.shape == (1, 1, 3, 24, 24)
+    assert (w[0, 0, 0, :, 20:] == 4).all() and (w[0, 0, 0, :, :20] == 1).all()
+    assert (w[0, 0, 1, :4] == 4).all() and (w[0, 0, 1, 4:] == 1).all()
+    assert (w[0, 0, 2] == 1).all()
+    assert torch.equal(new_region_weights(offset, (24, 24), 1.0), torch.ones_like(w))
+
+
+def test_a_world_run_can_start_from_a_world_file_and_refuses_a_sprite_file(tmp_path):
+    from safetensors import safe_open
+
+    from comfyui_fastar.fastar_core.errors import CheckpointError
+    from comfyui_fastar.tools.demo.actions import STATE_PREFIX
+    from comfyui_fastar.tools.demo.settings import WEIGHTS_FILE
+    from comfyui_fastar.tools.demo.world_train import WorldTrainer, world_recipe
+
+    bundled = WEIGHTS_DIR / WORLD_WEIGHTS_FILE
+    trainer = WorldTrainer(tmp_path / "run", world_recipe(clip_frames=6), seed=3, log=lambda m: None)
+    trainer.warm_start_from_weights(bundled)
+    with safe_open(str(bundled), "pt") as f:
+        key = next(k for k in f.keys() if k.startswith(STATE_PREFIX))
+        saved = f.get_tensor(key).float()
+    name = key[len(STATE_PREFIX):]
+    for encoder in (trainer.action_encoder, trainer.ema_action):
+        assert torch.equal(encoder.state_dict()[name], saved)
+    assert trainer.phases[-1]["steps"] >= 1000 and trainer.phases[-1]["weights_file"] == WORLD_WEIGHTS_FILE
+
+    with pytest.raises(CheckpointError, match="is not a steered-world weights file"):
+        train_demo(tmp_path / "bad", steps=1, batch=1, threads=1, report=False, log=lambda m: None,
+                   world="steer", recipe_overrides={"clip_frames": 6}, init_from=WEIGHTS_DIR / WEIGHTS_FILE)
+    assert not (tmp_path / "bad").exists()  # nothing written for a refused start

@@ -17,7 +17,7 @@ import copy
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -70,6 +70,7 @@ class TrainRecipe:
     sprite_loss_weight: float = 4.0  # loss weight of a sprite's pixels and trail (scaled per sprite by its area)
     p_own_context: float = 0.25  # per clip: context chunks replaced by the model's own one-step predictions
     p_rollout_context: float = 0.0  # per clip: context chunks replaced by the EMA model's own sampled rollout
+    new_region_loss_weight: float = 1.0  # steered world: loss weight of the pixels a move brings into view
 
     def lr_at(self, step: int, time_fraction: float = 0.0) -> float:
         """Warm-up, then cosine decay driven by whichever runs out first: the steps or the wall-time budget
@@ -128,7 +129,9 @@ class Trainer:
 
     def load_state_dict(self, state: dict) -> None:
         # A run may be extended (more steps: the LR schedule is re-planned); anything else must match.
-        saved = {k: v for k, v in state["recipe"].items() if k != "steps"}
+        # A field added after the state was saved counts as its default (the run trained without it).
+        defaults = {f.name: f.default for f in fields(TrainRecipe)}
+        saved = {k: v for k, v in {**defaults, **state["recipe"]}.items() if k != "steps"}
         mine = {k: v for k, v in asdict(self.recipe).items() if k != "steps"}
         if state["seed"] != self.seed or saved != mine:
             raise ValueError("the saved training state is from another seed or recipe; use a fresh --out (or "

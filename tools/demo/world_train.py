@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -60,9 +61,25 @@ def world_batch(seed: int, step: int, batch: int, frames: int, map_size: int = M
     return WorldBatch(torch.stack(videos), actions, positions)
 
 
+# The part of a frame still in view is handed to the model (its moved reference) and costs almost nothing to
+# predict, yet it is five sixths of a frame after a move: weighted alike, the strip a move brings in, the only
+# part the model must invent, gets a sixth of the loss.
+NEW_REGION_LOSS_WEIGHT = 4.0
+
+
 def world_recipe(**overrides) -> TrainRecipe:
-    """The sprite recipe less what is about sprites (their loss weight, text prompts)."""
-    return TrainRecipe(**{"sprite_loss_weight": 1.0, "p_rollout_context": 0.0, **overrides})
+    """The sprite recipe less what is about sprites (their loss weight, text prompts), with the new strip
+    weighted."""
+    return TrainRecipe(**{"sprite_loss_weight": 1.0, "p_rollout_context": 0.0,
+                          "new_region_loss_weight": NEW_REGION_LOSS_WEIGHT, **overrides})
+
+
+def new_region_weights(offset: torch.Tensor, frame_hw: tuple, weight: float) -> torch.Tensor:
+    """Per-pixel loss weights ``[B, 1, F, H, W]`` for frames moved by ``offset [B, F, 2]`` from their reference:
+    ``weight`` where the move brings in what the reference does not hold, 1 elsewhere."""
+    B, F = offset.shape[:2]
+    inside = moved_reference(torch.zeros(B, 1, F, *frame_hw), offset)[:, 1:]
+    return 1.0 + (weight - 1.0) * (1.0 - inside)
 
 
 class MovedReferenceForward(TeacherForcingForward):
@@ -121,7 +138,20 @@ class WorldTrainer(Trainer):
         super()._load_weights(state)
 
     def warm_start_from_weights(self, path) -> None:
-        raise ValueError("a steered-world run starts from scratch or from a world train_state.pt")
+        """Start from a steered-world weights file of this design (e.g. the bundled one): the sprite trainer's
+        warm start, plus the action encoder's weights."""
+        from ...fastar_core.checkpoint_files import read_raw
+
+        tensors, metadata = read_raw(Path(path))
+        world = (metadata.get("demo") or {}).get("world") or {}
+        wanted = {"kind": WORLD_KIND, "map_size": self.map_size, "inputs": REFERENCE_INPUT}
+        if any(world.get(k) != v for k, v in wanted.items()):
+            raise ValueError(f"is not a steered-world weights file of this design (its world entry should hold "
+                             f"{wanted})")
+        super().warm_start_from_weights(path)
+        state = {k[len(STATE_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(STATE_PREFIX)}
+        self.action_encoder.load_state_dict(state)
+        self.ema_action.load_state_dict(state)
 
     def demo_metadata(self) -> dict:
         meta = super().demo_metadata()
@@ -149,7 +179,8 @@ class WorldTrainer(Trainer):
                 context = self._own_context(context, x0, text, g)
             flow = self.forward(context, noisy, torch.zeros_like(sigma), 1000.0 * sigma, text)
         twins = slice(self.forward.noisy_frames.start, self.forward.noisy_frames.stop)
-        loss = (flow - (noise - x0)[:, :, twins]).square().mean()
+        weights = new_region_weights(self.forward.offset, FRAME_HW, r.new_region_loss_weight)[:, :, twins]
+        loss = ((flow - (noise - x0)[:, :, twins]).square() * weights).mean() / weights.mean()
         return self._apply(loss)
 
     @torch.no_grad()
