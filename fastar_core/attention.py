@@ -60,6 +60,29 @@ def join_bias(view: CacheView, n_current: int) -> torch.Tensor | None:
     return torch.cat([b.float(), current], dim=-1)
 
 
+def joined(view: CacheView, cache_k: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """Keys and values over (cache entries, current tokens). Where the view's keys are the cache's own, rotated,
+    and the cache lends the free slots after them (``view.room``), the current ones are written there and one
+    slice of each buffer is read; otherwise the cache's are joined to them (a copy of the whole cache per call,
+    what made a long dense rollout's late chunks pay for its length twice)."""
+    n, end = k.shape[2], view.length
+    if view.room is not None and cache_k is view.k:
+        room_k, room_v = view.room
+        if (room_k.shape[2] >= end + n and _prefix_of(view.k, room_k, k) and _prefix_of(view.v, room_v, v)):
+            room_k[:, :, end:end + n].copy_(k)
+            room_v[:, :, end:end + n].copy_(v)
+            return room_k[:, :, :end + n], room_v[:, :, :end + n]
+    return torch.cat([cache_k, k], dim=2), torch.cat([view.v.to(v.dtype), v], dim=2)
+
+
+def _prefix_of(entries: torch.Tensor, buffer: torch.Tensor, current: torch.Tensor) -> bool:
+    """``entries`` is the first tokens of ``buffer`` itself (not a copy or a transform of them), and ``current``
+    can be written after them as it is."""
+    return (entries.data_ptr() == buffer.data_ptr() and entries.stride() == buffer.stride()
+            and entries.shape[:2] == buffer.shape[:2] == current.shape[:2] and entries.shape[3] == current.shape[3]
+            and buffer.dtype == current.dtype and buffer.device == current.device)
+
+
 class DenseAttention:
     """Reference attention over the cache view plus the current tokens.
 
@@ -131,8 +154,7 @@ class DenseAttention:
         q_rot, k_rot, cache_k = self.rotate_inputs(layer, q, k, positions, view, info)
         if view is None:
             return kernel_attention(q_rot, k_rot, v, backend=self.backend)
-        keys = torch.cat([cache_k, k_rot], dim=2)
-        values = torch.cat([view.v.to(v.dtype), v], dim=2)
+        keys, values = joined(view, cache_k, k_rot, v)
         return kernel_attention(q_rot, keys, values, join_bias(view, k.shape[2]), backend=self.backend)
 
     def cross_attention(self, layer: int, q: torch.Tensor, text_k: torch.Tensor, text_v: torch.Tensor,

@@ -226,6 +226,66 @@ def test_keys_rotated_once_give_the_rollout_of_keys_rotated_every_chunk(policy):
     torch.testing.assert_close(out["once"], out["every chunk"], rtol=tolerance, atol=tolerance)
 
 
+class JoiningAttention(DenseAttention):
+    """Dense attention that declines the room a cache lends, so it joins the cache to the chunk's keys."""
+
+    def self_attention(self, layer, q, k, v, positions, view, info):
+        import dataclasses
+
+        return super().self_attention(layer, q, k, v, positions,
+                                      view if view is None else dataclasses.replace(view, room=None), info)
+
+
+@pytest.mark.parametrize("policy", ["global", "window"])
+def test_writing_the_chunk_into_the_caches_free_slots_gives_the_joined_rollout_bit_for_bit(policy, monkeypatch):
+    """The global cache's view is a prefix of its buffers, with the rest of the rollout's slots free after it;
+    the window reads a copy of its sink and recent frames (another order than the ring's), so it joins."""
+    import comfyui_fastar.fastar_core.attention as attention_module
+
+    spec = SPECS[policy].validate(FPB)
+    lent = []
+    real = attention_module.joined
+
+    def counting(view, cache_k, k, v):
+        keys, values = real(view, cache_k, k, v)
+        lent.append(view.room is not None and keys.data_ptr() == view.room[0].data_ptr())
+        return keys, values
+
+    monkeypatch.setattr(attention_module, "joined", counting)
+    lent_run, _ = rollout_noting_rotation(DenseAttention(backend="torch"), spec)
+    used, lent[:] = list(lent), []
+    joined_run, _ = rollout_noting_rotation(JoiningAttention(backend="torch"), spec)
+    assert not any(lent)
+    assert used and all(used) if policy == "global" else not any(used)
+    assert torch.equal(lent_run.latent, joined_run.latent)
+
+
+def test_what_attention_writes_past_the_cache_is_never_read_back():
+    cache = SPECS["global"].build(CacheShape(1, 1, 2, 8, (1, 2), frames_per_block=FPB, rotated_keys=True), 12)
+    g = torch.Generator().manual_seed(0)
+    k = torch.randn(1, 2, 6, 8, generator=g)
+    cache.prepare_commit(0, 3)
+    cache.commit(0, k, k)
+    cache.finish_commit()
+    view = cache.view(0, 3, 3)
+    assert view.room is not None and view.length == 6
+    view.room[0][:, :, 6:].fill_(7.0)  # what a chunk's denoising passes leave there
+    view.room[1][:, :, 6:].fill_(7.0)
+    again = cache.view(0, 3, 3)
+    assert again.length == 6 and not (again.k == 7).any()  # not in a view before the next commit
+    cache.rewind(0)
+    cache.prepare_commit(0, 3)
+    cache.commit(0, k, -k)
+    cache.finish_commit()
+    after = cache.view(0, 3, 3)
+    assert after.length == 6 and torch.equal(after.v, -k) and not (after.k == 7).any()
+    quantized = CacheSpec("global", kv_quant="int8").validate(FPB).build(
+        CacheShape(1, 1, 2, 8, (1, 2), frames_per_block=FPB, rotated_keys=True), 12)
+    quantized.prepare_commit(0, 3)
+    quantized.commit(0, k, k)
+    assert quantized.view(0, 3, 3).room is None  # a dequantized copy is no prefix of the stored buffer
+
+
 def test_the_rolling_cache_rotates_its_re_positioned_sink_on_by_the_shift():
     from comfyui_fastar.fastar_core.rope import rotate
 

@@ -28,6 +28,10 @@ class CacheView:
     # True: ``k`` is already rotated by RoPE at ``positions`` (absolute), so attention rotates only the new tokens
     # (at their absolute positions) and reads the cache as it is; False: pre-RoPE keys.
     rotated: bool = False
+    # The K and V buffers ``k`` and ``v`` are a prefix of, where the slots after the view are free: attention may
+    # write the current chunk's rotated keys and values there and read one slice instead of joining the whole
+    # cache to them on every call. Free means unread until the next commit, which writes its own entries.
+    room: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def length(self) -> int:

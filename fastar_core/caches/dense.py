@@ -206,10 +206,14 @@ class DenseKVCache(KVCache):
         n_sink = sum(1 for f in self.slot_frame[layer] if 0 <= f < self.sink_frames) * self.tokens_per_frame
         end = self.high_water[layer] * self.tokens_per_frame
         k, v = self._read(layer, slice(0, end))
+        # Slots past the high-water mark hold nothing live (a commit takes the lowest free slot, a rewind frees
+        # slots below it): lent to attention as scratch for the chunk's own keys, where stored as read.
+        lend = self.rotated_keys and self.kv_quant == "none" and end < self.k[layer].shape[2]
         return CacheView(
             k=k, v=v, bias=self.bias[layer, :end][None, None],
             positions=self.positions[layer, :end][None], n_sink=n_sink, uniform=len(live) == self.high_water[layer],
             version=self.versions[layer], rotated=self.rotated_keys,
+            room=(self.k[layer], self.v[layer]) if lend else None,
         )
 
     @staticmethod

@@ -1,10 +1,13 @@
 """``fastar bench rotated-keys``: dense-global with keys rotated once (at commit) against pre-RoPE keys rotated
 again for every chunk, on one model, chunk by chunk in turn (``interleave.py``).
 
-The second is what the dense caches did before they kept keys rotated, and what they still do where attention
-clamps RoPE distances to each query (``rope_max_distance``, the demo model): its attention declines rotated keys.
-Per chunk: seconds; summary: mean seconds of the last quarter of the chunks (the longest cache) and their ratio,
-and how far the two videos are apart (rounding only: the same attention computed in another order).
+The first reads the cache as it is: attention writes the chunk's keys and values into the cache's free slots
+after its entries and attends over one slice of each buffer. The second is what the dense caches did before they
+kept keys rotated, and what they still do where attention clamps RoPE distances to each query
+(``rope_max_distance``, the demo model): the cache's keys rotated again and joined to the chunk's (a copy of the
+whole cache per call). Per chunk: seconds and the seconds spent on RoPE; summary: mean seconds of the last
+quarter of the chunks (the longest cache), their ratio, the share of re-rotating in a late chunk, and how far
+the two videos are apart (rounding only: the same attention computed in another order).
 ``rotated_keys.json`` holds the figures, ``rotated_keys.png`` the seconds per chunk.
 """
 
