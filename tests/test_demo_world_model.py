@@ -227,6 +227,21 @@ def test_the_loss_weighs_the_strip_a_move_brings_in():
     assert torch.equal(new_region_weights(offset, (24, 24), 1.0), torch.ones_like(w))
 
 
+def test_the_command_line_sets_the_new_strips_loss_weight(tmp_path):
+    import json
+
+    from comfyui_fastar.tools.demo.train import main
+
+    out = tmp_path / "w"
+    assert main(["--world", "steer", "--out", str(out), "--steps", "1", "--batch", "1", "--threads", "1",
+                 "--no-report", "--new-region-weight", "3"]) == 0
+    from safetensors import safe_open
+
+    with safe_open(str(out / "demo_model.safetensors"), "pt") as f:
+        recipe = json.loads(f.metadata()["demo"])["training"]["recipe"]
+    assert recipe["new_region_loss_weight"] == 3.0
+
+
 def test_a_world_run_can_start_from_a_world_file_and_refuses_a_sprite_file(tmp_path):
     from safetensors import safe_open
 

@@ -182,6 +182,9 @@ def check_train(args) -> None:
     if init is not None and init.suffix.lower() not in (".pt", ".pth", ".safetensors"):
         raise FastARError(f"--init-from {args.init_from}: expected a train_state.pt or a demo .safetensors")
     check_input_file("--notes", args.notes)
+    check_number("--new-region-weight", args.new_region_weight, 0, 1000, open_low=True)
+    if args.new_region_weight is not None and args.world != "steer":
+        raise FastARError("--new-region-weight weighs the strip a move brings into view: it needs --world steer")
     out = check_folder("--out", args.out)
     if args.report_only:
         from .demo.settings import WEIGHTS_FILE

@@ -450,6 +450,8 @@ def build_parser():
     p.add_argument("--notes", help="a Markdown file whose text goes into the model card under the verdict")
     p.add_argument("--world", default="sprites", choices=list(WORLDS),
                    help="sprites: the bundled text-to-video demo; steer: the keyboard-steered world model")
+    p.add_argument("--new-region-weight", type=float, default=None,
+                   help="--world steer: loss weight of the strip each move brings into view (default 1)")
     return p
 
 
@@ -473,7 +475,9 @@ def main(argv=None) -> int:
         return 0
     train_demo(args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
                resume=not args.fresh, checkpoint_minutes=args.checkpoint_minutes, report=not args.no_report,
-               batch=args.batch, init_from=args.init_from, world=args.world)
+               batch=args.batch, init_from=args.init_from, world=args.world,
+               recipe_overrides=None if args.new_region_weight is None
+               else {"new_region_loss_weight": args.new_region_weight})
     return 0
 
 
