@@ -228,17 +228,12 @@ def test_the_loss_weighs_the_strip_a_move_brings_in():
 
 
 def test_the_command_line_sets_the_new_strips_loss_weight(tmp_path):
-    import json
-
     from comfyui_fastar.tools.demo.train import main
 
     out = tmp_path / "w"
     assert main(["--world", "steer", "--out", str(out), "--steps", "1", "--batch", "1", "--threads", "1",
                  "--no-report", "--new-region-weight", "3"]) == 0
-    from safetensors import safe_open
-
-    with safe_open(str(out / "demo_model.safetensors"), "pt") as f:
-        recipe = json.loads(f.metadata()["demo"])["training"]["recipe"]
+    recipe = load_demo_model(out / "demo_model.safetensors").metadata["training"]["recipe"]
     assert recipe["new_region_loss_weight"] == 3.0
 
 

@@ -156,10 +156,11 @@ class Trainer:
                    "recipe": state["recipe"], "losses": state["losses"]}
         self.phases = [*state.get("phases", []), earlier]
 
-    def warm_start_from_weights(self, path) -> None:
+    def warm_start_from_weights(self, path) -> dict:
         """Start from a demo weights file (e.g. the bundled one): its (fp16) weights become both the live and the
         EMA weights, the optimizer starts afresh. Words new to this vocabulary get fresh embeddings; words the
-        file knows keep theirs. The file's training summary is kept as an earlier phase."""
+        file knows keep theirs. The file's training summary is kept as an earlier phase. Returns the file's
+        tensors, for what a subclass saves beside the models."""
         from ...fastar_core.checkpoint import checkpoint_errors
         from ...fastar_core.checkpoint_files import read_raw
         from ...fastar_core.errors import CheckpointError
@@ -172,6 +173,7 @@ class Trainer:
             if not isinstance(meta, dict) or not isinstance(meta.get("vocabulary"), list):
                 raise CheckpointError(path, "is not a demo weights file (its metadata has no demo entry with a "
                                             "vocabulary)")
+            self.check_weights_file(path, meta)
         model_state = {k[len(MODEL_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(MODEL_PREFIX)}
         text_state = {k[len(STATE_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(STATE_PREFIX)}
         embedding = self.text_encoder.token.weight.detach().clone()
@@ -189,6 +191,10 @@ class Trainer:
                         "wall_seconds": training.get("total_wall_seconds", training["wall_seconds"]),
                         "recipe": training["recipe"], "losses": [], "weights_file": str(Path(path).name),
                         "frame_size": meta["frame_size"]}]
+        return tensors
+
+    def check_weights_file(self, path, meta: dict) -> None:
+        """Refuse (``CheckpointError``) a demo weights file whose ``demo`` metadata this trainer cannot start from."""
 
     def demo_metadata(self) -> dict:
         return {

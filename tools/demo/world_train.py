@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -138,21 +137,23 @@ class WorldTrainer(Trainer):
         self.ema_action.load_state_dict(state["ema_action"])
         super()._load_weights(state)
 
-    def warm_start_from_weights(self, path) -> None:
-        """Start from a steered-world weights file of this design (e.g. the bundled one): the sprite trainer's
-        warm start, plus the action encoder's weights."""
-        from ...fastar_core.checkpoint_files import read_raw
+    def check_weights_file(self, path, meta: dict) -> None:
+        from ...fastar_core.errors import CheckpointError
 
-        tensors, metadata = read_raw(Path(path))
-        world = (metadata.get("demo") or {}).get("world") or {}
+        world = meta.get("world") or {}
         wanted = {"kind": WORLD_KIND, "map_size": self.map_size, "inputs": REFERENCE_INPUT}
         if any(world.get(k) != v for k, v in wanted.items()):
-            raise ValueError(f"is not a steered-world weights file of this design (its world entry should hold "
-                             f"{wanted})")
-        super().warm_start_from_weights(path)
+            raise CheckpointError(path, f"is not a steered-world weights file of this design (its world entry should "
+                                        f"hold {wanted})")
+
+    def warm_start_from_weights(self, path) -> dict:
+        """Start from a steered-world weights file of this design (e.g. the bundled one): the sprite trainer's
+        warm start, plus the action encoder's weights."""
+        tensors = super().warm_start_from_weights(path)
         state = {k[len(STATE_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(STATE_PREFIX)}
         self.action_encoder.load_state_dict(state)
         self.ema_action.load_state_dict(state)
+        return tensors
 
     def demo_metadata(self) -> dict:
         meta = super().demo_metadata()
