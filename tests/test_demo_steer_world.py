@@ -24,6 +24,8 @@ PATCHES = MAP_SIZE // STEP
 def test_maps_are_seeded_wrap_at_the_edges_and_hold_spaced_landmarks():
     a, b, c = make_map(4), make_map(4), make_map(5)
     assert torch.equal(a.image(), b.image()) and not torch.equal(a.image(), c.image())
+    # A map of the same seed and size with other landmarks is drawn afresh, not read from the first one's image.
+    assert not torch.equal(make_map(4, landmarks=3).image(), a.image())
     img = a.image()
     assert img.shape == (3, MAP_SIZE, MAP_SIZE) and img.min() >= -1 and img.max() <= 1
     assert torch.equal(a.view(MAP_SIZE - 8, MAP_SIZE - 4), torch.roll(img, (4, 8), (1, 2))[:, :VIEW_SIZE, :VIEW_SIZE])

@@ -95,7 +95,7 @@ def build_parser() -> OneLineParser:
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
-                                   "bias-fold", "matcher", "rotated-keys", "frame-rate"],
+                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling"],
                    help="which benchmark (kernels and gpu-rollout need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
@@ -110,7 +110,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "
-                        "frame-rate: rounds, least CPU time per chunk (default 5)")
+                        "frame-rate: rounds, least CPU time per chunk (default 5); "
+                        "world-ceiling: perfect draws per seed (default 20)")
     p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
     p.add_argument("--thresholds", default=None, help="pareto: comma-separated TempCache merge thresholds")
     p.add_argument("--variants", default=None,

@@ -42,6 +42,10 @@ def run_bench(args) -> int:
         for name, mode in report["modes"].items():
             print(f"{name}: {mode['frame_rate']}")
         print(f"verdict: {report['verdict']}")
+    elif args.what == "world-ceiling":
+        from .world_ceiling import run_world_ceiling
+
+        run_world_ceiling(out, draws=args.repeats or 20, frames=args.frames)
     elif args.what == "matcher":
         from .matcher import run_matcher_bench
 

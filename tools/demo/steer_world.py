@@ -30,6 +30,7 @@ LANDMARK_COLOURS = (
     (0.88, 0.12, 0.85), (0.08, 0.85, 0.90), (0.98, 0.98, 0.98), (0.95, 0.50, 0.05),
 )
 LANDMARK_SHAPES = ("circle", "square", "diamond", "ring", "cross", "triangle")
+LANDMARK_SPACING = 9.0  # least distance between landmark centres, pixels (wrap-aware)
 GROUND_CONTRAST = 0.12  # peak deviation of the ground from its base tone, in [0, 1] units
 
 
@@ -91,12 +92,13 @@ class WorldMap:
 
     def image(self) -> torch.Tensor:
         """The whole map ``[3, N, N]`` in [-1, 1] (cached per instance: a map is static)."""
-        cached = _MAP_CACHE.get((self.seed, self.size))
+        # Keyed by the whole map (frozen, so hashable): two maps of one seed and size can hold other landmarks.
+        cached = _MAP_CACHE.get(self)
         if cached is None:
             cached = _render_map(self)
             if len(_MAP_CACHE) > 64:
                 _MAP_CACHE.clear()
-            _MAP_CACHE[(self.seed, self.size)] = cached
+            _MAP_CACHE[self] = cached
         return cached
 
     def view(self, x: int, y: int, size: int = VIEW_SIZE) -> torch.Tensor:
@@ -141,14 +143,14 @@ def make_map(seed: int, size: int = MAP_SIZE, landmarks: int | None = None) -> W
     while len(placed) < count and tries < 2000:
         tries += 1
         x, y = rng.uniform(0, size, 2)
-        if any(_wrapped_distance(x, y, p.x, p.y, size) < 9.0 for p in placed):
+        if any(wrapped_distance(x, y, p.x, p.y, size) < LANDMARK_SPACING for p in placed):
             continue
         shape, colour = kinds[order[len(placed) % len(kinds)]]
         placed.append(Landmark(shape, colour, float(x), float(y), float(rng.uniform(2.5, 4.0))))
     return WorldMap(seed=seed, size=size, landmarks=tuple(placed))
 
 
-def _wrapped_distance(x0, y0, x1, y1, n) -> float:
+def wrapped_distance(x0, y0, x1, y1, n) -> float:
     dx = abs(x0 - x1) % n
     dy = abs(y0 - y1) % n
     return math.hypot(min(dx, n - dx), min(dy, n - dy))

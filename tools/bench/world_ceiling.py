@@ -1,0 +1,179 @@
+"""``fastar bench world-ceiling``: how often would a perfect world model pass the world bar's no-collapse check?
+
+The check asks the generated views' colour spread and high-frequency energy to stay within 25 % of the true
+views', over all frames and over the last quarter. The bar's path loops over a patch of the map a little larger
+than a view, so those statistics hang on which landmarks that patch holds, and a model is shown only the first
+view. This bench asks what the check gives a model that does everything right: it knows the map's ground exactly
+(better than any model can, having seen one view of it), copies the first view exactly, draws every landmark it
+has not been shown from the world's own generator, renders them perfectly and remembers them when it comes back.
+
+That model is the *oracle* of a bar map and a draw seed: the bar map's ground and the landmarks touching its
+first view, plus the draw map's landmarks that touch neither the first view nor lie closer than the generator's
+spacing to a kept one. Its views along the bar's path are judged against the bar map's true views by the bar's
+own statistics (``world_eval.spread_and_energy``, ``BAR``). With the draw seed equal to the bar map's seed the
+oracle is the map itself and passes every check.
+
+Figures: per bar seed the share of draws that pass, the chance that at least 5 of the 6 seeds pass when each
+seed's model is one draw (the product of the per-seed shares, as independent trials), the 5th, 50th and 95th
+percentiles of each ratio, and the bundled world model's ratios (from its card's ``world_eval.json``) beside
+them, with whether each mode's four ratios lie inside the perfect draws' 5-95 % band of its seed (a check a
+perfect model passes nine times in ten per ratio, and which a collapse still fails). ``world_ceiling.json``
+holds them, ``world_ceiling.png`` shows the ratios per seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..demo.steer_world import LANDMARK_SPACING, STEP, VIEW_SIZE, WorldMap, make_map, render_track, wrapped_distance
+from ..demo.world_eval import BAR, spread_and_energy
+from ..demo.world_report import WORLD_FRAMES, WORLD_SEEDS, bar_track
+from .report import machine, write_json
+
+RATIOS = (("all", "colour_spread"), ("all", "hf_energy"), ("last_quarter", "colour_spread"),
+          ("last_quarter", "hf_energy"))
+FIRST_DRAW = 1000  # draw seeds start here, away from the bar's seeds and the held-out maps
+
+
+def _gap(c: float, lo: int, n: int) -> float:
+    """Distance on a circle of ``n`` pixels from ``c`` to the view's span ``[lo, lo + VIEW_SIZE)``."""
+    d = (c - lo) % n
+    return 0.0 if d < VIEW_SIZE else min(d - VIEW_SIZE, n - d)
+
+
+def _touches_view(lm, x0: int, y0: int, n: int) -> bool:
+    # Every shape lies inside its radius (make_map's shapes); one pixel more covers the anti-aliased edge.
+    return max(_gap(lm.x, x0, n), _gap(lm.y, y0, n)) < lm.radius + 1
+
+
+def oracle_map(world: WorldMap, draw: WorldMap, view_origin: tuple) -> WorldMap:
+    """``world``'s ground and the landmarks touching its view at pixel ``view_origin``, plus ``draw``'s landmarks
+    that touch neither that view nor come within the generator's spacing of a kept landmark."""
+    if draw.size != world.size:
+        raise ValueError(f"the draw map is {draw.size} pixels wide and the bar map {world.size}; they must match")
+    x0, y0 = view_origin
+    seen = [lm for lm in world.landmarks if _touches_view(lm, x0, y0, world.size)]
+    drawn = [lm for lm in draw.landmarks if not _touches_view(lm, x0, y0, world.size)
+             and all(wrapped_distance(lm.x, lm.y, s.x, s.y, world.size) >= LANDMARK_SPACING for s in seen)]
+    return dataclasses.replace(world, landmarks=tuple(seen + drawn))
+
+
+def ratios_against(views, truth, start_frames: int) -> list[float]:
+    """The bar's four ratios (``RATIOS``) of ``views`` over ``truth``, from frame ``start_frames`` on."""
+    gen, true = views[start_frames:], truth[start_frames:]
+    quarter = max(1, len(gen) // 4)
+    out = []
+    for label, m in RATIOS:
+        g, t = (gen, true) if label == "all" else (gen[-quarter:], true[-quarter:])
+        index = 0 if m == "colour_spread" else 1
+        out.append(spread_and_energy(g)[index] / spread_and_energy(t)[index])
+    return out
+
+
+def passes(ratios) -> bool:
+    return all(abs(v - 1) <= BAR["spread_tolerance"] for v in ratios)
+
+
+def at_least(k: int, shares: list[float]) -> float:
+    """Chance that at least ``k`` of independent trials pass, trial ``i`` with chance ``shares[i]``."""
+    dist = np.zeros(len(shares) + 1)
+    dist[0] = 1.0
+    for p in shares:
+        dist[1:] = dist[1:] * (1 - p) + dist[:-1] * p
+        dist[0] *= 1 - p
+    return float(dist[k:].sum())
+
+
+def seed_ceiling(seed: int, draws, frames: int = WORLD_FRAMES, start_frames: int = 1) -> dict:
+    track = bar_track(seed, frames)
+    world = make_map(seed)
+    truth = render_track(world, track)
+    origin = (int(track.positions[0][0]) * STEP, int(track.positions[0][1]) * STEP)
+    rows = []
+    for d in draws:
+        views = render_track(oracle_map(world, make_map(d), origin), track)
+        if not bool((views[:start_frames] == truth[:start_frames]).all()):
+            raise AssertionError(f"the oracle of map {seed}, draw {d} does not show the true first view")
+        rows.append(ratios_against(views, truth, start_frames))
+    return {"seed": seed, "draws": len(rows), "pass_share": sum(passes(r) for r in rows) / len(rows),
+            "ratios": [[round(v, 4) for v in r] for r in rows]}
+
+
+def _model_ratios(eval_path: Path) -> dict:
+    """{(mode, seed): four ratios} from a world card's ``world_eval.json``; empty if the file is not there."""
+    if not eval_path.is_file():
+        return {}
+    out = {}
+    for case in json.loads(eval_path.read_text())["cases"]:
+        r = case["report"]["spread_ratios"]
+        out[(case["mode"], case["seed"])] = [r[label][m] for label, m in RATIOS]
+    return out
+
+
+def run_world_ceiling(out_dir, draws: int = 20, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES,
+                      model_eval: Path | None = None, log=print) -> dict:
+    if draws < 1:
+        raise ValueError(f"draws must be at least 1, got {draws}")
+    out = Path(out_dir)
+    if model_eval is None:
+        from ..demo.settings import WEIGHTS_DIR
+
+        model_eval = WEIGHTS_DIR / "world_eval.json"
+    per_seed = [seed_ceiling(s, range(FIRST_DRAW, FIRST_DRAW + draws), frames) for s in seeds]
+    model = _model_ratios(model_eval)
+    names = [f"{label} {m}" for label, m in RATIOS]
+    for row in per_seed:
+        arr = np.array(row["ratios"])
+        row["percentiles_5_50_95"] = {n: [round(float(v), 3) for v in np.percentile(arr[:, i], [5, 50, 95])]
+                                      for i, n in enumerate(names)}
+        row["bundled_model"] = {mode: dict(zip(names, r)) for (mode, s), r in model.items() if s == row["seed"]}
+        # A fairer check than the bar's: does the model sit where 90 % of perfect draws do, on all four ratios?
+        row["bundled_within_perfect_5_95"] = {
+            mode: all(row["percentiles_5_50_95"][n][0] <= v <= row["percentiles_5_50_95"][n][2] for n, v in r.items())
+            for mode, r in row["bundled_model"].items()}
+        log(f"seed {row['seed']}: a perfect draw passes {row['pass_share']:.2f} of {row['draws']}; the bundled model "
+            f"inside the perfect draws' 5-95 % band: {row['bundled_within_perfect_5_95'] or 'no figures'}")
+    shares = [r["pass_share"] for r in per_seed]
+    k = len(seeds) - 1
+    report = {"bench": "world-ceiling", "machine": machine(), "frames": frames, "seeds": list(seeds),
+              "draw_seeds": [FIRST_DRAW, FIRST_DRAW + draws - 1], "tolerance": BAR["spread_tolerance"],
+              "mean_pass_share": round(float(np.mean(shares)), 4),
+              f"chance_at_least_{k}_of_{len(seeds)}": round(at_least(k, shares), 4),
+              "per_seed": per_seed}
+    log(f"mean share {report['mean_pass_share']:.2f}; chance of at least {k} of {len(seeds)} seeds "
+        f"{report[f'chance_at_least_{k}_of_{len(seeds)}']:.3f}")
+    write_json(out / "world_ceiling.json", report)
+    _plot(out / "world_ceiling.png", per_seed, names)
+    return report
+
+
+def _plot(path: Path, per_seed: list[dict], names: list[str]) -> None:
+    from ..demo.report import _plt
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.2), sharey=True)
+    tol = BAR["spread_tolerance"]
+    for i, (ax, name) in enumerate(zip(axes, names)):
+        for x, row in enumerate(per_seed):
+            ys = [r[i] for r in row["ratios"]]
+            ax.scatter([x + 1] * len(ys), ys, s=9, alpha=0.45, color="tab:gray",
+                       label="perfect draws" if x == 0 else None)
+            for mode, marker, colour in (("dense-global", "o", "tab:blue"), ("fastar", "s", "tab:orange")):
+                got = row["bundled_model"].get(mode)
+                if got:
+                    ax.scatter([x + 1], [got[name]], marker=marker, s=30, color=colour,
+                               label=f"bundled, {mode}" if x == 0 else None)
+        ax.axhspan(1 - tol, 1 + tol, color="tab:green", alpha=0.12, label="bar's band")
+        ax.set_xticks(range(1, len(per_seed) + 1), [str(r["seed"]) for r in per_seed])
+        ax.set_xlabel("bar seed")
+        ax.set_title(name, fontsize=9)
+    axes[0].set_ylabel("generated / true")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("World bar's no-collapse ratios: perfect world models (one dot per draw) and the bundled model")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
