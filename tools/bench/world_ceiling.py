@@ -10,7 +10,7 @@ has not been shown from the world's own generator, renders them perfectly and re
 That model is the *oracle* of a bar map and a draw seed: the bar map's ground and the landmarks touching its
 first view, plus the draw map's landmarks that touch neither the first view nor lie closer than the generator's
 spacing to a kept one. Its views along the bar's path are judged against the bar map's true views by the bar's
-own statistics (``world_eval.spread_and_energy``, ``BAR``). With the draw seed equal to the bar map's seed the
+own statistics (``world_eval.spread_ratios``, ``no_collapse``). With the draw seed equal to the bar map's seed the
 oracle is the map itself and passes every check.
 
 Figures: per bar seed the share of draws that pass, the chance that at least 5 of the 6 seeds pass when each
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..demo.steer_world import LANDMARK_SPACING, STEP, VIEW_SIZE, WorldMap, make_map, render_track, wrapped_distance
-from ..demo.world_eval import BAR, spread_and_energy
+from ..demo.world_eval import BAR, no_collapse, spread_ratios
 from ..demo.world_report import WORLD_FRAMES, WORLD_SEEDS, bar_track
 from .report import machine, write_json
 
@@ -62,20 +62,9 @@ def oracle_map(world: WorldMap, draw: WorldMap, view_origin: tuple) -> WorldMap:
     return dataclasses.replace(world, landmarks=tuple(seen + drawn))
 
 
-def ratios_against(views, truth, start_frames: int) -> list[float]:
-    """The bar's four ratios (``RATIOS``) of ``views`` over ``truth``, from frame ``start_frames`` on."""
-    gen, true = views[start_frames:], truth[start_frames:]
-    quarter = max(1, len(gen) // 4)
-    out = []
-    for label, m in RATIOS:
-        g, t = (gen, true) if label == "all" else (gen[-quarter:], true[-quarter:])
-        index = 0 if m == "colour_spread" else 1
-        out.append(spread_and_energy(g)[index] / spread_and_energy(t)[index])
-    return out
-
-
-def passes(ratios) -> bool:
-    return all(abs(v - 1) <= BAR["spread_tolerance"] for v in ratios)
+def flat(ratios: dict) -> list[float]:
+    """``spread_ratios``' four figures in the order of ``RATIOS``."""
+    return [ratios[label][m] for label, m in RATIOS]
 
 
 def at_least(k: int, shares: list[float]) -> float:
@@ -98,9 +87,9 @@ def seed_ceiling(seed: int, draws, frames: int = WORLD_FRAMES, start_frames: int
         views = render_track(oracle_map(world, make_map(d), origin), track)
         if not bool((views[:start_frames] == truth[:start_frames]).all()):
             raise AssertionError(f"the oracle of map {seed}, draw {d} does not show the true first view")
-        rows.append(ratios_against(views, truth, start_frames))
-    return {"seed": seed, "draws": len(rows), "pass_share": sum(passes(r) for r in rows) / len(rows),
-            "ratios": [[round(v, 4) for v in r] for r in rows]}
+        rows.append(spread_ratios(views[start_frames:], truth[start_frames:]))
+    return {"seed": seed, "draws": len(rows), "pass_share": sum(no_collapse(r) for r in rows) / len(rows),
+            "ratios": [flat(r) for r in rows]}
 
 
 def _model_ratios(eval_path: Path) -> dict:
@@ -109,8 +98,7 @@ def _model_ratios(eval_path: Path) -> dict:
         return {}
     out = {}
     for case in json.loads(eval_path.read_text())["cases"]:
-        r = case["report"]["spread_ratios"]
-        out[(case["mode"], case["seed"])] = [r[label][m] for label, m in RATIOS]
+        out[(case["mode"], case["seed"])] = flat(case["report"]["spread_ratios"])
     return out
 
 

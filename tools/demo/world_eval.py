@@ -61,6 +61,22 @@ def spread_and_energy(frames: torch.Tensor) -> tuple[float, float]:
     return float(spread), float((dx + dy) / 2)
 
 
+def spread_ratios(gen: torch.Tensor, true: torch.Tensor) -> dict:
+    """Colour spread and high-frequency energy of ``gen`` over ``true``'s, over all frames and the last quarter."""
+    quarter = max(1, len(gen) // 4)
+    ratios = {}
+    for label, g, r in (("all", gen, true), ("last_quarter", gen[-quarter:], true[-quarter:])):
+        gs, ge = spread_and_energy(g)
+        ts, te = spread_and_energy(r)
+        ratios[label] = {"colour_spread": round(gs / ts, 4), "hf_energy": round(ge / te, 4)}
+    return ratios
+
+
+def no_collapse(ratios: dict) -> bool:
+    """The bar's check on ``spread_ratios``: every ratio within the tolerance of 1."""
+    return all(abs(v - 1) <= BAR["spread_tolerance"] for r in ratios.values() for v in r.values())
+
+
 def evaluate_world(frames: torch.Tensor, truth: torch.Tensor, track: Track, start_frames: int,
                    min_gap: int = 24) -> dict:
     """Figures of a rollout ``frames`` (start chunk included) along ``track`` against ``truth``."""
@@ -78,12 +94,7 @@ def evaluate_world(frames: torch.Tensor, truth: torch.Tensor, track: Track, star
         sq += float((a - b).square().sum())
         count += a.numel()
     gen, true = frames[start_frames:], truth[start_frames:]
-    quarter = max(1, len(gen) // 4)
-    ratios = {}
-    for label, g, r in (("all", gen, true), ("last_quarter", gen[-quarter:], true[-quarter:])):
-        gs, ge = spread_and_energy(g)
-        ts, te = spread_and_energy(r)
-        ratios[label] = {"colour_spread": round(gs / ts, 4), "hf_energy": round(ge / te, 4)}
+    ratios = spread_ratios(gen, true)
     report = {
         "frames": len(gen),
         "action_following": round(sum(hits) / max(1, len(hits)), 4),
@@ -93,11 +104,10 @@ def evaluate_world(frames: torch.Tensor, truth: torch.Tensor, track: Track, star
         "spread_ratios": ratios,
         "revisit": revisit_scores(frames, truth, track, start_frames, min_gap),
     }
-    tol = BAR["spread_tolerance"]
     report["checks"] = {
         "action_following": report["action_following"] >= BAR["action_following"],
         "carried": report["carried_psnr_db"] >= BAR["carried_psnr_db"],
-        "no_collapse": all(abs(v - 1) <= tol for r in ratios.values() for v in r.values()),
+        "no_collapse": no_collapse(ratios),
     }
     report["passed"] = all(report["checks"].values())
     return report
