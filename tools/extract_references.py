@@ -32,6 +32,8 @@ REFERENCES = {
     # The upstream Matrix-Game 2.0 release as the fork carries it (the fork's own changes come later on main);
     # the repository also holds Matrix-Game 1, so only Matrix-Game-2/ is taken, as the folder's root.
     "matrix_game": ("zoheth/Matrix-Game", "main", "8ed02bd612df7dcb9df252a445569359b54f1b30", "Matrix-Game-2"),
+    # LingBot-World 2.0's causal-fast release (CC BY-NC-SA 4.0: read and run from outside this repository only).
+    "lingbot": ("robbyant/lingbot-world-v2", "main", "2648877f763a06cc743bcd919936da4d25f12e7b"),
 }
 KEEP_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".jsonl")
 
