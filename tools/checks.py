@@ -218,11 +218,18 @@ class Inputs:
     context: torch.Tensor | None
     calibration_layers: list | None
     actions: ActionScript | None = None
+    camera: object = None  # a LingBot-World 2.0 CameraPath (--camera)
 
 
 def check_generate(args) -> Inputs:
     """Every check that needs no model: run before the checkpoint is read."""
     device = parse_device(args.device)
+    from ..fastar_core.sampler import FRAMES_PER_BLOCK
+
+    # Left out, the chunk is the family's own (LingBot-World 2.0: 4); the checks below see Self-Forcing's 3.
+    args.frames_per_block_given = args.frames_per_block is not None
+    if args.frames_per_block is None:
+        args.frames_per_block = FRAMES_PER_BLOCK
     check_sizes(args)
     check_contradictions(args)
     from ..fastar_core.schedule import get_schedule
@@ -244,7 +251,14 @@ def check_generate(args) -> Inputs:
     context = read_conditioning(args.cond) if args.cond else None
     layers = read_calibration(args.calibration) if args.calibration else None
     actions = read_actions(args.actions) if getattr(args, "actions", None) else None
-    return Inputs(device, context, layers, actions)
+    camera = None
+    if getattr(args, "camera", None):
+        from ..fastar_core.lingbot.camera import read_camera_folder
+
+        if actions is not None:
+            raise FastARError(f"--camera {args.camera} and --actions {args.actions} both steer the camera; give one")
+        camera = read_camera_folder(args.camera)
+    return Inputs(device, context, layers, actions, camera)
 
 
 def read_actions(path: str) -> ActionScript:
@@ -277,7 +291,11 @@ def fill_model_size(args, cfg) -> None:
 def check_against_model(args, inputs: Inputs, cfg) -> None:
     if inputs.actions is not None:
         raise FastARError(f"--actions {args.actions}: this checkpoint ({cfg.family}) takes no actions; only "
-                          "Matrix-Game 2.0 checkpoints are steered by keys and mouse; drop --actions")
+                          "Matrix-Game 2.0 checkpoints are steered by keys and mouse, LingBot-World 2.0 by keys "
+                          "moving its camera; drop --actions")
+    if inputs.camera is not None:
+        raise FastARError(f"--camera {args.camera}: this checkpoint ({cfg.family}) takes no camera path; only "
+                          "LingBot-World 2.0 is steered by one; drop --camera")
     if inputs.context is not None and inputs.context.shape[-1] != cfg.text_dim:
         raise FastARError(f"--cond {args.cond}: conditioning has width {inputs.context.shape[-1]}; this model "
                           f"takes {cfg.text_dim} (shape [1, tokens, {cfg.text_dim}])")

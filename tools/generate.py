@@ -66,9 +66,13 @@ def run_generate(args) -> int:
 
 def _run(args, inputs, device, parallel) -> int:
     from ..fastar_core.engine import build_sampler
-    from ..fastar_core.model_files import is_matrix_game_file
+    from ..fastar_core.model_files import is_lingbot, is_matrix_game_file
     from .args import settings_from_arguments
 
+    if is_lingbot(args.checkpoint):
+        from .generate_lingbot import run_lingbot
+
+        return run_lingbot(args, inputs, device, parallel)
     if is_matrix_game_file(args.checkpoint):
         from .generate_world import run_world
 

@@ -50,7 +50,8 @@ def run_mode(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: 
 
     if cuda:
         torch.cuda.reset_peak_memory_stats(runner.device)
-    result = sampler.generate(scenario.context, cfg, initial_latents=scenario.initial_latents, callback=record)
+    result = sampler.generate(scenario.conditioning(frames), cfg, initial_latents=scenario.initial_latents,
+                              callback=record)
     return result, rows
 
 
