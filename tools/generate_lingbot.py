@@ -7,7 +7,8 @@ stand-in; the start image's VAE latent is a seeded stand-in (the command line lo
 and checks the rollout, its cache and its camera, not a picture. Left to their defaults, the chunk, the schedule and
 the cache are the release's own (``generate.py`` as ``run_fast.sh`` runs it: chunks of 4, 4 steps at shift 10, a
 window of 18 latent frames with a 6-frame sink); ``--frames-per-block`` / ``--schedule`` / ``--cache`` /
-``--fastar`` override.
+``--fastar`` override, and TempCache left without ``--capacity`` / ``--sink`` holds what that window caches (14
+frames' worth, sink 6).
 """
 
 from __future__ import annotations
@@ -77,11 +78,17 @@ def run_lingbot(args, inputs, device, parallel) -> int:
         args.frames_per_block = FRAMES_PER_BLOCK
     if not args.schedule_given:
         args.schedule = SCHEDULE
-    settings = settings_from_arguments(args, num_layers=cfg.num_layers)
-    spec, fastar = settings.cache, settings.fastar
     own_cache = args.cache == "auto" and not checks.uses_tempcache(args) and args.window is None and args.sink is None
-    if own_cache:
-        spec = default_cache(cfg)
+    release = default_cache(cfg)
+    # Sizes left out are the release's: its sink, its window, and TempCache holding what the window caches.
+    if args.sink is None:
+        args.sink = release.sink_frames
+    if args.window is None and args.cache == "window":
+        args.window = release.window_frames
+    if args.capacity is None and checks.uses_tempcache(args):
+        args.capacity = release.window_frames - args.frames_per_block
+    settings = settings_from_arguments(args, num_layers=cfg.num_layers)
+    spec, fastar = (release if own_cache else settings.cache), settings.fastar
     latent_h, latent_w = args.height // cfg.vae_spatial_stride, args.width // cfg.vae_spatial_stride
     rollout = RolloutConfig(num_frames=args.frames, latent_height=latent_h, latent_width=latent_w,
                             frames_per_block=args.frames_per_block, schedule=args.schedule, seed=args.seed,
