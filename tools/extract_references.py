@@ -36,6 +36,8 @@ REFERENCES = {
     "lingbot": ("robbyant/lingbot-world-v2", "main", "2648877f763a06cc743bcd919936da4d25f12e7b"),
 }
 KEEP_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".jsonl")
+# What a reference's tests read beside its code: LingBot-World 2.0's run script and its example camera paths.
+EXTRA_SUFFIXES = {"lingbot": (".sh", ".npy")}
 
 
 def git(git_dir: Path, *args: str) -> bytes:
@@ -77,7 +79,8 @@ def extract(name: str, git_dir: Path, commit: str, dest: Path) -> int:
             continue
         meta, path = line.decode().split("\t", 1)
         mode, kind, blob = meta.split()
-        if kind != "blob" or mode == "120000" or not path.endswith(KEEP_SUFFIXES) or not path.startswith(prefix):
+        keep = KEEP_SUFFIXES + EXTRA_SUFFIXES.get(name, ())
+        if kind != "blob" or mode == "120000" or not path.endswith(keep) or not path.startswith(prefix):
             continue
         try:
             data = git(git_dir, "cat-file", "blob", blob)
