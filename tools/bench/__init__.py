@@ -45,7 +45,7 @@ def run_bench(args) -> int:
     elif args.what == "lingbot-cap":
         from .lingbot_cap import run_lingbot_cap_bench
 
-        run_lingbot_cap_bench(out, frames=args.frames, rounds=args.repeats or 3, seed=args.seed)
+        run_lingbot_cap_bench(out, frames=args.frames, rounds=args.repeats or 5, seed=args.seed)
     elif args.what == "world-ceiling":
         from .world_ceiling import run_world_ceiling
 
