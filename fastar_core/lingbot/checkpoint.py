@@ -148,7 +148,9 @@ def load_lingbot_checkpoint(path, dtype: torch.dtype | None = None,
         files, weight_map = weight_files(folder)
         if len(files) > MAX_SHARDS:
             raise CheckpointError(folder, f"{len(files)} weight files; at most {MAX_SHARDS}")
-        headers, declared, owner = {}, {}, {}
+        headers: dict = {}
+        declared: dict = {}
+        owner: dict[str, Path] = {}
         for f in files:
             header = read_header(f, check_regular_file(f))
             headers[f] = header
