@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from comfyui_fastar.fastar_core.action_script import parse_text
-from comfyui_fastar.fastar_core.lingbot.checkpoint import save_lingbot
-from comfyui_fastar.fastar_core.lingbot.config import LingBotConfig
-from comfyui_fastar.fastar_core.lingbot.model import random_lingbot
+from comfyui_fastar.fastar_core.families.lingbot.checkpoint import save_lingbot
+from comfyui_fastar.fastar_core.families.lingbot.config import LingBotConfig
+from comfyui_fastar.fastar_core.families.lingbot.model import random_lingbot
+from comfyui_fastar.fastar_core.rollout.action_script import parse_text
 from comfyui_fastar.tools.cli import main
 from comfyui_fastar.tools.outputs import LATENT_FILE, STATS_FILE
 

@@ -12,28 +12,28 @@ import numpy as np
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.action_script import parse_text
 from comfyui_fastar.fastar_core.caches.base import CacheShape
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec, TempCacheSettings
-from comfyui_fastar.fastar_core.camera_motion import poses_from_keys
-from comfyui_fastar.fastar_core.engine import build_sampler, resolve_settings
 from comfyui_fastar.fastar_core.errors import CheckpointError, FastARError
-from comfyui_fastar.fastar_core.lingbot.camera import (
+from comfyui_fastar.fastar_core.families.lingbot.camera import (
     camera_tokens,
     check_path,
     frame_motion,
     read_camera_folder,
     resample_poses,
 )
-from comfyui_fastar.fastar_core.lingbot.checkpoint import find_model_folder, load_lingbot, save_lingbot
-from comfyui_fastar.fastar_core.lingbot.config import LingBotConfig, from_reference_config
-from comfyui_fastar.fastar_core.lingbot.family import LingBotFamily
-from comfyui_fastar.fastar_core.lingbot.model import random_lingbot
-from comfyui_fastar.fastar_core.lingbot.rollout import default_cache, lingbot_conditioning, rollout_config
-from comfyui_fastar.fastar_core.model_files import is_lingbot
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler
-from comfyui_fastar.fastar_core.schedule import get_schedule
+from comfyui_fastar.fastar_core.families.lingbot.checkpoint import find_model_folder, load_lingbot, save_lingbot
+from comfyui_fastar.fastar_core.families.lingbot.config import LingBotConfig, from_reference_config
+from comfyui_fastar.fastar_core.families.lingbot.family import LingBotFamily
+from comfyui_fastar.fastar_core.families.lingbot.model import random_lingbot
+from comfyui_fastar.fastar_core.families.lingbot.rollout import default_cache, lingbot_conditioning, rollout_config
+from comfyui_fastar.fastar_core.files.model_files import is_lingbot
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.rollout.action_script import parse_text
+from comfyui_fastar.fastar_core.rollout.camera_motion import poses_from_keys
+from comfyui_fastar.fastar_core.rollout.engine import build_sampler, resolve_settings
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler
+from comfyui_fastar.fastar_core.rollout.schedule import get_schedule
 
 TINY = LingBotConfig(dim=64, num_heads=2, num_layers=2, ffn_dim=128, freq_dim=32, text_len=16)
 LATENT_HW = (4, 6)

@@ -32,11 +32,11 @@ pytest.importorskip("safetensors")
 import lingbot_reference as lr  # noqa: E402
 
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec  # noqa: E402
-from comfyui_fastar.fastar_core.lingbot.camera import check_path  # noqa: E402
-from comfyui_fastar.fastar_core.lingbot.checkpoint import load_lingbot  # noqa: E402
-from comfyui_fastar.fastar_core.lingbot.rollout import lingbot_conditioning, rollout_config  # noqa: E402
-from comfyui_fastar.fastar_core.runner import CausalRunner  # noqa: E402
-from comfyui_fastar.fastar_core.sampler import ARSampler  # noqa: E402
+from comfyui_fastar.fastar_core.families.lingbot.camera import check_path  # noqa: E402
+from comfyui_fastar.fastar_core.families.lingbot.checkpoint import load_lingbot  # noqa: E402
+from comfyui_fastar.fastar_core.families.lingbot.rollout import lingbot_conditioning, rollout_config  # noqa: E402
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner  # noqa: E402
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler  # noqa: E402
 
 FRAMES = 72
 WINDOW, SINK = 18, 6

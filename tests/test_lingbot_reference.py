@@ -25,10 +25,10 @@ pytest.importorskip("scipy")
 
 import lingbot_reference as lr  # noqa: E402
 
-from comfyui_fastar.fastar_core.camera_motion import LOOK_RATE, TURN_RATE  # noqa: E402
-from comfyui_fastar.fastar_core.lingbot.config import RELEASED_SINK, RELEASED_WINDOW  # noqa: E402
-from comfyui_fastar.fastar_core.lingbot.rollout import FRAMES_PER_BLOCK  # noqa: E402
-from comfyui_fastar.fastar_core.schedule import indexed_table_schedule  # noqa: E402
+from comfyui_fastar.fastar_core.families.lingbot.config import RELEASED_SINK, RELEASED_WINDOW  # noqa: E402
+from comfyui_fastar.fastar_core.families.lingbot.rollout import FRAMES_PER_BLOCK  # noqa: E402
+from comfyui_fastar.fastar_core.rollout.camera_motion import LOOK_RATE, TURN_RATE  # noqa: E402
+from comfyui_fastar.fastar_core.rollout.schedule import indexed_table_schedule  # noqa: E402
 
 ROOT = rh.reference_root("lingbot")
 

@@ -1,12 +1,12 @@
 """``fastar generate`` on a LingBot-World 2.0 model folder: a rollout steered by a camera path or a key timeline.
 
 The camera is ``--camera FOLDER`` (the release's format: ``poses.npy`` and ``intrinsics.npy``, one pose per video
-frame, cut at the video's end) or ``--actions FILE`` (a key timeline of variant ``lingbot``, turned into poses by
-``fastar_core/camera_motion.py``'s motion model). The prompt is ``--cond`` (UMT5 features ``[1, L, 4096]``) or a seeded
-stand-in; the start image's VAE latent is a seeded stand-in (the command line loads no VAE), so the run measures
-and checks the rollout, its cache and its camera, not a picture. Left to their defaults, the chunk, the schedule and
-the cache are the release's own (``generate.py`` as ``run_fast.sh`` runs it: chunks of 4, 4 steps at shift 10, a
-window of 18 latent frames with a 6-frame sink); ``--frames-per-block`` / ``--schedule`` / ``--cache`` /
+frame, cut at the video's end) or ``--actions FILE`` (a key timeline of variant ``lingbot``, turned into poses by the
+motion model of ``fastar_core/rollout/camera_motion.py``). The prompt is ``--cond`` (UMT5 features ``[1, L, 4096]``)
+or a seeded stand-in; the start image's VAE latent is a seeded stand-in (the command line loads no VAE), so the run
+measures and checks the rollout, its cache and its camera, not a picture. Left to their defaults, the chunk, the
+schedule and the cache are the release's own (``generate.py`` as ``run_fast.sh`` runs it: chunks of 4, 4 steps at
+shift 10, a window of 18 latent frames with a 6-frame sink); ``--frames-per-block`` / ``--schedule`` / ``--cache`` /
 ``--fastar`` override, and TempCache left without ``--capacity`` / ``--sink`` holds what that window caches (14
 frames' worth, sink 6).
 """
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import torch
 
-from ..fastar_core.actions import pixel_frames
 from ..fastar_core.errors import FastARError
-from ..fastar_core.lingbot.camera import check_path
-from ..fastar_core.lingbot.checkpoint import build_lingbot, load_lingbot_checkpoint
-from ..fastar_core.lingbot.rollout import FRAMES_PER_BLOCK, SCHEDULE, default_cache, lingbot_conditioning
-from ..fastar_core.runner import CausalRunner
-from ..fastar_core.sampler import RolloutConfig
+from ..fastar_core.families.lingbot.camera import check_path
+from ..fastar_core.families.lingbot.checkpoint import build_lingbot, load_lingbot_checkpoint
+from ..fastar_core.families.lingbot.rollout import FRAMES_PER_BLOCK, SCHEDULE, default_cache, lingbot_conditioning
+from ..fastar_core.forward.runner import CausalRunner
+from ..fastar_core.rollout.actions import pixel_frames
+from ..fastar_core.rollout.sampler import RolloutConfig
 from . import checks
 from .generate import random_conditioning
 from .outputs import LATENT_FILE, STATS_FILE, write_run
@@ -58,7 +58,7 @@ def camera_of(args, inputs, frames: int, height: int, width: int):
 
 
 def run_lingbot(args, inputs, device, parallel) -> int:
-    from ..fastar_core.engine import build_sampler
+    from ..fastar_core.rollout.engine import build_sampler
     from .args import settings_from_arguments
     from .generate import planned_cache_bytes
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ...fastar_core.engine import resolve_settings
-from ...fastar_core.wan_config import WanConfig
-from ...fastar_core.wan_model import random_wan
+from ...fastar_core.model.wan_config import WanConfig
+from ...fastar_core.model.wan_model import random_wan
+from ...fastar_core.rollout.engine import resolve_settings
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Scenario:
         return self.make_conditioning(frames) if self.make_conditioning is not None else self.context
 
     def runner(self):
-        from ...fastar_core.runner import CausalRunner
+        from ...fastar_core.forward.runner import CausalRunner
 
         return self.make_runner() if self.make_runner is not None else CausalRunner(self.model)
 
@@ -140,8 +140,8 @@ LINGBOT_TIMELINE = """variant lingbot
 
 def lingbot_camera(frames: int, height: int, width: int):
     """The bench's camera for ``frames`` latent frames: ``LINGBOT_TIMELINE`` repeated over the video."""
-    from ...fastar_core.action_script import parse_text
-    from ...fastar_core.lingbot.camera import check_path
+    from ...fastar_core.families.lingbot.camera import check_path
+    from ...fastar_core.rollout.action_script import parse_text
 
     head, *entries = LINGBOT_TIMELINE.strip().splitlines()
     video = 4 * (frames - 1) + 1
@@ -161,9 +161,9 @@ def lingbot_scenario(seed: int = 0, device="cpu", heads: int | None = None, laye
 
     On a GPU: the 1.3B's 12 heads, 30 layers, ffn 8960 at 480x832 (60x104 latents, 1,560 tokens per frame). On a
     CPU the widths shrink (2 heads, 2 layers, 16x24 latents = 96 tokens per frame)."""
-    from ...fastar_core.lingbot.config import LingBotConfig
-    from ...fastar_core.lingbot.model import random_lingbot
-    from ...fastar_core.lingbot.rollout import lingbot_conditioning
+    from ...fastar_core.families.lingbot.config import LingBotConfig
+    from ...fastar_core.families.lingbot.model import random_lingbot
+    from ...fastar_core.families.lingbot.rollout import lingbot_conditioning
 
     cuda = torch.device(device).type == "cuda"
     heads = heads or (12 if cuda else 2)
