@@ -166,6 +166,14 @@ def _regular_file(flag: str, path: str) -> Path:
     return p
 
 
+def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int = 24) -> torch.Tensor:
+    """UMT5-shaped stand-in: ``used`` random token rows, the rest zero-padded like a real prompt."""
+    g = torch.Generator().manual_seed(seed)
+    ctx = torch.zeros(1, tokens, text_dim)
+    ctx[:, :used] = torch.randn(1, used, text_dim, generator=g) * 0.2
+    return ctx
+
+
 def read_conditioning(path: str) -> torch.Tensor:
     """--cond's tensor ``[1, L, text_dim]`` (key ``context`` or the file's only tensor), checked but for its width,
     which needs the model. Read through the checkpoints' checked loader (header, sizes against the file and

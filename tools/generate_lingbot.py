@@ -28,7 +28,6 @@ from ..fastar_core.forward.runner import CausalRunner
 from ..fastar_core.rollout.actions import pixel_frames
 from ..fastar_core.rollout.sampler import RolloutConfig
 from . import checks
-from .generate import random_conditioning
 from .outputs import LATENT_FILE, STATS_FILE, write_run
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -60,7 +59,6 @@ def camera_of(args, inputs, frames: int, height: int, width: int):
 def run_lingbot(args, inputs, device, parallel) -> int:
     from ..fastar_core.rollout.engine import build_sampler
     from .args import settings_from_arguments
-    from .generate import planned_cache_bytes
 
     if parallel is not None:
         raise FastARError("a LingBot-World 2.0 rollout from the command line runs on one device; start it without "
@@ -94,11 +92,11 @@ def run_lingbot(args, inputs, device, parallel) -> int:
                             frames_per_block=args.frames_per_block, schedule=args.schedule, seed=args.seed,
                             cache=spec, mode=args.mode, channels=cfg.out_dim)
     rollout.validate()
-    checks.check_rollout_memory(args, cfg, device, planned_cache_bytes(spec, cfg, args, ckpt.dtype))
+    checks.check_rollout_memory(args, cfg, device, checks.planned_cache_bytes(spec, cfg, args, ckpt.dtype))
     camera, steering = camera_of(args, inputs, args.frames, args.height, args.width)
     g = torch.Generator().manual_seed(args.seed)
     image = torch.randn(1, 16, args.frames, latent_h, latent_w, generator=g)
-    prompt = inputs.context if inputs.context is not None else random_conditioning(cfg.text_dim, args.seed)
+    prompt = inputs.context if inputs.context is not None else checks.random_conditioning(cfg.text_dim, args.seed)
     print("LingBot-World 2.0: the start image's latent is a seeded random stand-in"
           + ("" if inputs.context is not None else ", and so is the prompt (give --cond for UMT5 features)"))
     model = build_lingbot(ckpt, device=device)
