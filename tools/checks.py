@@ -234,12 +234,10 @@ class Inputs:
 def check_generate(args) -> Inputs:
     """Every check that needs no model: run before the checkpoint is read."""
     device = parse_device(args.device)
-    from ..fastar_core.rollout.sampler import FRAMES_PER_BLOCK
-
-    # Left out, the chunk is the family's own (LingBot-World 2.0: 4); the checks below see Self-Forcing's 3.
-    args.frames_per_block_given = args.frames_per_block is not None
-    if args.frames_per_block is None:
-        args.frames_per_block = FRAMES_PER_BLOCK
+    # Left out, the chunk is the family's own (LingBot-World 2.0: 4); the option's default is Self-Forcing's 3.
+    given = getattr(args, "argv", None)
+    args.frames_per_block_given = given is None or any(
+        a == "--frames-per-block" or a.startswith("--frames-per-block=") for a in given)
     check_sizes(args)
     check_contradictions(args)
     from ..fastar_core.rollout.schedule import get_schedule

@@ -46,9 +46,9 @@ def _add_generate(sub):
 
     p.add_argument("--mode", default="auto", choices=list(MODE_CHOICES),
                    help="rolling = Rolling Forcing window; auto: rolling for the rolling-forcing schedule, else chunk")
-    p.add_argument("--frames-per-block", type=int, default=None,
+    p.add_argument("--frames-per-block", type=int, default=FRAMES_PER_BLOCK,
                    help=f"latent frames denoised together per chunk (default {FRAMES_PER_BLOCK}: Self-Forcing's; 1 for "
-                        "Causal Forcing; LingBot-World 2.0's own 4)")
+                        "Causal Forcing; left out, a LingBot-World 2.0 model takes its own 4)")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--lora", help="LongLive-style PEFT LoRA file merged into the weights")
