@@ -272,9 +272,10 @@ def main(argv=None) -> int:
         except (OSError, ValueError):
             pass
         sys.stdout = stdout
-    parallel = sys.modules.get(__package__.rsplit(".", 1)[0] + ".fastar_core.parallel")
-    if parallel is not None:  # a torchrun rank ends here, past a teardown race in torch.distributed
-        parallel.end_rank_process(code)
+    # a torchrun rank ends here, past a teardown race in torch.distributed (a no-op outside a group)
+    from ..fastar_core.forward.parallel import end_rank_process
+
+    end_rank_process(code)
     return code
 
 
