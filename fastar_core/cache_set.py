@@ -67,6 +67,11 @@ class CacheSet:
     def live_bytes(self) -> int:
         return self.attention.live_bytes() + sum(c.live_bytes() for c in self.extra.values())
 
+    def live_bytes_figure(self):
+        """``live_bytes`` for a chunk's report, a device tensor where the self-attention cache keeps its count
+        there (read with the rest of the report)."""
+        return self.attention.live_bytes_figure() + sum(c.live_bytes() for c in self.extra.values())
+
     def allocated_bytes(self) -> int:
         return self.attention.allocated_bytes() + sum(c.allocated_bytes() for c in self.extra.values())
 

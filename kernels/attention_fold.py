@@ -37,13 +37,14 @@ def fold_bias(q, k, v, bias, scale: float):
     return q_fold, k_fold, v_fold
 
 
-def attention_fold(q, k, v, bias, scale: float, return_lse: bool):
+def attention_fold(q, k, v, bias, scale: float, return_lse: bool, may_be_blind: bool = True):
     if bias is None:
         out = F.scaled_dot_product_attention(q, k, v, scale=scale)
         return out, (exact_lse(q, k, None, scale) if return_lse else None)
     D = q.shape[-1]
     q_fold, k_fold, v_fold = fold_bias(q, k, v, bias, scale)
     out = F.scaled_dot_product_attention(q_fold, k_fold, v_fold, scale=scale)[..., :D]
-    blind = torch.isneginf(bias).all(dim=-1)[..., None, None]
-    out = torch.where(blind, torch.zeros((), dtype=out.dtype, device=out.device), out)
+    if may_be_blind:
+        blind = torch.isneginf(bias).all(dim=-1)[..., None, None]
+        out = torch.where(blind, torch.zeros((), dtype=out.dtype, device=out.device), out)
     return out, (exact_lse(q, k, bias, scale) if return_lse else None)

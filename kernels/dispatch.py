@@ -12,6 +12,7 @@ passed its first-use check. `auto`:
 | dense attention with the LSE requested | triton (head dims 64/128; one pass), then torch |
 | sparse attention | triton (head dims 64/128), then torch |
 | LSH codes | triton, then torch |
+| top-k scores (TempCache's search) | triton (head dims 16..256, powers of two; fused: no score matrix), then torch |
 
 Off CUDA `auto` is torch. An explicit backend that cannot run here is refused with one
 `BackendUnavailableError`; one that can run is tried first and falls back like `auto` when its check fails.
@@ -39,7 +40,10 @@ OP_BACKENDS = {
     "attention": ("triton", "flashinfer", "flex", "sdpa_fold", "torch"),
     "sparse_attention": ("triton", "flashinfer", "flex", "torch"),
     "lsh_codes": ("triton", "torch"),
+    "topk_scores": ("triton", "torch"),
 }
+# Head dims the fused top-k kernel takes (tl.dot over the whole head).
+TOPK_HEAD_DIMS = (16, 32, 64, 128, 256)
 # Head dims our Triton attention kernels are built and tuned for; others take the torch path.
 TRITON_HEAD_DIMS = (64, 128)
 # The fold adds 8 to the head dim; PyTorch's flash kernel takes head dims up to 256.
@@ -155,6 +159,8 @@ def choose_backend(
 
 def covers(name: str, op: str, device, dtype, head_dim, has_bias: bool, return_lse: bool) -> bool:
     """Whether backend `name` computes this kind of call itself (rather than handing it to torch)."""
+    if name == "triton" and op == "topk_scores":
+        return head_dim in TOPK_HEAD_DIMS
     if name == "triton" and op != "lsh_codes":
         return head_dim in TRITON_HEAD_DIMS
     if name == "sdpa_fold":
@@ -170,6 +176,8 @@ def _auto_chain(op: str, device: torch.device, dtype, head_dim, has_bias: bool, 
     triton_ok = backend_problem(op, "triton", device, dtype) is None
     if op == "lsh_codes":
         return ("triton", "torch") if triton_ok else ("torch",)
+    if op == "topk_scores":
+        return ("triton", "torch") if triton_ok and head_dim in TOPK_HEAD_DIMS else ("torch",)
     triton_runs = triton_ok and head_dim in TRITON_HEAD_DIMS
     if op == "sparse_attention":
         return ("triton", "torch") if triton_runs else ("torch",)
