@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.attention import PassInfo
 from comfyui_fastar.fastar_core.caches.base import CacheShape
-from comfyui_fastar.fastar_core.engine import build_sampler, resolve_settings
-from comfyui_fastar.fastar_core.runner import CausalRunner
+from comfyui_fastar.fastar_core.forward.attention import PassInfo
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.rollout.engine import build_sampler, resolve_settings
 
 from helpers import tiny_context, tiny_model
 

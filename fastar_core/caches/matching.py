@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from ...kernels import row_max, topk_scores
-from ..rope import RopeTables
+from ..model.rope import RopeTables
 
 CHUNK_ROWS = 1024  # rows of the similarity matrix computed at once
 SEARCH_DTYPE = torch.bfloat16

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..rope import RopeTables, chunk_positions, rotate, span_of
+from ..model.rope import RopeTables, chunk_positions, rotate, span_of
 from .base import CacheShape, CacheView, Figure, KVCache, check_fits, element_size, read_figures
 from .matching import SEARCH_DTYPE, SEARCH_MARGIN, exact_top1, quantized_top1, search_form
 from .quant import KV_QUANTS, dequantize_int8, quantize_int8

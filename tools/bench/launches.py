@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from ...fastar_core.engine import build_sampler
-from ...fastar_core.sampler import RolloutConfig
+from ...fastar_core.rollout.engine import build_sampler
+from ...fastar_core.rollout.sampler import RolloutConfig
 from .op_count import H200, OpCounter, estimate
 from .report import machine, write_json
 from .scenarios import SCENARIOS, Scenario, scenario_modes
@@ -76,8 +76,8 @@ def wan13b_fake_scenario(layers: int) -> Scenario:
     """Wan2.1-1.3B at 480x832 as fake tensors (shapes only): bf16 weights, a 24-token prompt padded to 512."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ...fastar_core.wan_config import WanConfig
-    from ...fastar_core.wan_model import WanModel
+    from ...fastar_core.model.wan_config import WanConfig
+    from ...fastar_core.model.wan_model import WanModel
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     cfg = WanConfig(dim=1536, num_heads=12, num_layers=layers, ffn_dim=8960)

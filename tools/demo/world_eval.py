@@ -146,8 +146,8 @@ def world_rollout(demo, world_map, track: Track, cache=None, fastar=None, seed: 
     end; dense attention unless ``fastar`` (a ``FastARConfig``) is given. Returns (frames ``[T, 3, H, W]``,
     the true views, the sampler's result)."""
     from ...fastar_core.caches import CacheSpec
-    from ...fastar_core.engine import build_sampler
-    from ...fastar_core.sampler import ARSampler
+    from ...fastar_core.rollout.engine import build_sampler
+    from ...fastar_core.rollout.sampler import ARSampler
     from .steer_world import render_track
 
     truth = render_track(world_map, track)

@@ -105,7 +105,8 @@ def _sampler(meta: dict) -> str:
                 "fresh noise to the next sigma).")
     else:
         text = (f"{sampler['solver'].upper()} with {sampler['steps']} steps, shift {sampler['shift']} (the engine's "
-                "ODE solver, `fastar_core/unipc.py`: no fresh noise between steps), from the file's `sampler` entry; "
+                "ODE solver, `fastar_core/rollout/unipc.py`: no fresh noise between steps), from the file's `sampler` "
+                "entry; "
                 f"it was trained with noise levels weighted towards the sigmas {meta['schedule']}. Each re-noised "
                 "step of those sigmas asks this undistilled model for the mean of what a new strip could hold, and "
                 "four such means average the landmarks away; the solver follows its flow to a sample instead.")
