@@ -2,7 +2,6 @@
 so no host read and no shape that depends on data) and computes what the eager step computes."""
 
 import copy
-from dataclasses import replace
 
 import pytest
 import torch
@@ -10,39 +9,12 @@ import torch
 from comfyui_fastar.fastar_core.caches.base import CacheShape
 from comfyui_fastar.fastar_core.forward.attention import PassInfo
 from comfyui_fastar.fastar_core.forward.runner import CausalRunner
-from comfyui_fastar.fastar_core.rollout.engine import build_sampler, resolve_settings
+from comfyui_fastar.fastar_core.rollout.engine import build_sampler
 
-from helpers import tiny_context, tiny_model
+from helpers import tiny_context, tiny_model, tiny_modes
 
 GRID, FPB, STEPS = (2, 3), 3, 4
 TPF = GRID[0] * GRID[1]
-
-
-def modes() -> dict:
-    """The bench's modes at tiny sizes (a 9-frame capacity, sink 3), AnnSA on at every size where it is on."""
-    def mode(**kw):
-        s = resolve_settings(sink_frames=3, **kw)
-        return s.cache, s.fastar
-
-    def temp(matcher="exact", **attention):
-        return mode(preset="balanced", tempcache_overrides={"capacity_frames": 9, "threshold": 0.5,
-                                                            "matcher": matcher},
-                    attention_overrides={"annca": False, "annsa": False, "annsa_min_keys": 0, **attention})
-
-    window = mode(cache_policy="window", window_frames=12)
-    return {
-        "dense-global": mode(cache_policy="global"),
-        "dense-window": window,
-        "dense-window-int8": (replace(window[0], kv_quant="int8"), window[1]),
-        "rolling": mode(cache_policy="rolling", rolling_capacity=9, rolling_attend=9),
-        "recompute": mode(cache_policy="recompute", window_frames=9),
-        "tempcache": temp(),
-        "tempcache-quantized": temp("quantized"),
-        "tempcache-int8": (replace(temp()[0], kv_quant="int8"), temp()[1]),
-        "tempcache+annsa": temp(annsa=True),
-        "all": temp("quantized", annca=True, annsa=True),
-        "all+annca-prune": temp("quantized", annca=True, annca_prune=True, annsa=True),
-    }
 
 
 class Graphs:
@@ -61,10 +33,10 @@ def info(frame, step):
                     tokens_per_frame=TPF)
 
 
-@pytest.mark.parametrize("name", list(modes()))
+@pytest.mark.parametrize("name", list(tiny_modes()))
 def test_a_step_and_a_clean_pass_compile_whole_and_match_eager(name, one_thread):
     torch._dynamo.reset()  # each mode's own compiles (the recompile limit counts per code object)
-    spec, fastar = modes()[name]
+    spec, fastar = tiny_modes()[name]
     runner = build_sampler(CausalRunner(tiny_model()), fastar.with_overrides(backend="torch")).runner
     g = runner.geometry
     cache = spec.validate(FPB).build(CacheShape(g.num_layers, 1, g.num_heads, g.head_dim, GRID, frames_per_block=FPB,

@@ -63,6 +63,19 @@ class FastARAttention(DenseAttention):
         self._checked = set()
         self._reset_tally()
 
+    @property
+    def capturable(self) -> bool:
+        """Measuring tallies recall on the host and AnnCA's pruning sums what it kept per call: run those eagerly."""
+        return not self.measure and not (self.config.annca and self.config.annca_prune)
+
+    def graph_key(self, info: PassInfo) -> tuple:
+        """AnnSA is dense in the first denoising steps: a pass is sparse or dense by its frames' steps."""
+        if not self.sparse_layers:
+            return ()
+        dense_steps = math.floor(self.config.dense_warmup * info.num_steps + 1e-9)
+        steps = info.frame_steps if info.frame_steps is not None else [info.step] * info.num_frames
+        return tuple((s if s >= 0 else info.num_steps) >= dense_steps for s in steps)
+
     # -- tallies (read once per chunk by the sampler) ----------------------------------------------------------
     def _reset_tally(self):
         self._tally = {"sa_calls": 0, "sa_density": 0.0, "sa_recall": 0.0, "sa_recall_n": 0, "sa_error": 0.0,

@@ -122,6 +122,15 @@ class DenseAttention:
         return tables.ensure(span_of(info.frame_start + info.num_frames, info.tokens_per_frame))
 
     @property
+    def capturable(self) -> bool:
+        """Whether a denoising pass may be captured in a CUDA graph and replayed (no host-side tallies)."""
+        return True
+
+    def graph_key(self, info: PassInfo) -> tuple:
+        """What of a pass, besides its chunk, changes what this attention does (none for dense attention)."""
+        return ()
+
+    @property
     def wants_rotated_keys(self) -> bool:
         """Whether caches may hand over keys rotated at absolute positions: not when distances are clamped to
         each query (``rope_max_distance``), which rotates every key relative to the pass."""

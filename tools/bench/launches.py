@@ -102,7 +102,8 @@ def as_on_cuda(spec):
 
 def _trace(name: str, layers: int, start: int, density: float):
     """One steady chunk of mode ``name`` traced under fake tensors at Wan2.1-1.3B's shapes with ``layers`` layers,
-    after ``start`` committed frames."""
+    after ``start`` committed frames. Attention runs as this machine's SDPA: one fused kernel, with the bias where
+    there is one, as CUDA's ``auto`` runs it (our Triton kernel reads the bias)."""
     scenario = wan13b_fake_scenario(layers)
     spec, fastar = scenario_modes(scenario)[name]
     counter = OpCounter(assumed_block_density=density)
@@ -217,7 +218,8 @@ def run_launches_bench(out_dir, model: str = "wan-shapes", frames: int | None = 
               "estimate": {"device": H200.name, "shapes": "Wan2.1-1.3B 480x832, bf16, 30 layers, chunks of 3 frames, "
                            "4 denoising steps and a clean pass", "assumptions": H200.assumptions() + [
                                f"caches full (21 frames, sink 3; dense-global at frame {GLOBAL_FRAME}, extrapolated "
-                               "linearly from frames 24 and 48), TempCache's matcher as CUDA picks it (quantized)",
+                               "linearly from frames 24 and 48); TempCache's matcher and attention with a bias as "
+                               "CUDA's auto picks them (quantized; one kernel reading the bias)",
                                f"AnnSA's kernel visits {density:.3f} of the block pairs (a layout of Gaussian "
                                "queries and keys at these shapes)" if density is not None else "no AnnSA"],
                            "modes": estimates}}
