@@ -21,7 +21,7 @@ import math
 import torch
 
 from ...kernels import attention as kernel_attention
-from ...kernels import build_sparse_layout, sparse_attention
+from ...kernels import build_sparse_layout, choose_backend, sparse_attention
 from ..caches.base import Figure
 from ..forward.attention import DenseAttention, PassInfo
 from .ann import LSHMatcher, hamming1_probes
@@ -113,9 +113,18 @@ class FastARAttention(DenseAttention):
         return table[layer]
 
     # -- self-attention (AnnSA) -----------------------------------------------------------------------------------
+    def _sparse_kernel_on(self, k: torch.Tensor) -> bool:
+        """Whether a sparse kernel runs AnnSA on this device: on a GPU without one (no Triton), the torch fallback
+        would launch a kernel per (head, bucket) and cost far more than dense attention, so the layer stays dense."""
+        if k.device.type != "cuda":
+            return True
+        chosen = choose_backend("sparse_attention", self.backend, k.device, dtype=k.dtype, head_dim=k.shape[-1])
+        return chosen != "torch"
+
     def _sparse_query_frames(self, layer: int, view, info: PassInfo) -> list[bool] | None:
         """Per query frame: sparse or dense (decided on the host from the pass). None when the pass is dense."""
-        if layer not in self.sparse_layers or view.length - view.n_sink < self.config.annsa_min_keys:
+        if (layer not in self.sparse_layers or view.length - view.n_sink < self.config.annsa_min_keys
+                or not self._sparse_kernel_on(view.k)):
             return None
         dense_steps = math.floor(self.config.dense_warmup * info.num_steps + 1e-9)
         steps = info.frame_steps if info.frame_steps is not None else [info.step] * info.num_frames
