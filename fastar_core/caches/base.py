@@ -221,6 +221,14 @@ class KVCache(ABC):
         device, which the report reads in one transfer."""
         return {}
 
+    def report_figures(self) -> dict:
+        """Device figures the cache wants read with a chunk's report, in the same transfer (``take_report`` gets
+        them back as numbers): how a cache learns what only the device knows without a read of its own."""
+        return {}
+
+    def take_report(self, figures: dict) -> None:  # noqa: B027 - only caches that asked for figures need it
+        """``report_figures`` as read with the chunk's report."""
+
     def stats(self) -> dict:
         return {"policy": self.policy, "live_bytes": self.live_bytes(), "allocated_bytes": self.allocated_bytes()}
 

@@ -23,10 +23,12 @@ other (only into groups that existed before the chunk).
 
 Written for a GPU: a commit and a view read nothing back to the host and make no shape from data. Every decision
 (merge or insert, which slot, which group to evict) is a masked write into the preallocated slots; the counts of
-merges, inserts and evictions are tensors, read only when reported. What the host tracks is what it knows without
-looking: how far into the slots entries may reach (``reach``: the sink's slots and one slot per key inserted so
-far, since an insert takes the lowest free slot), which the view and the search cover; slots in that range
-without a group are empty (count 0, bias -inf).
+merges, inserts and evictions are tensors, read only when reported. How far into the slots the view and the search
+go is known on the host without looking: at most to ``reach`` (the sink's slots and one slot per key inserted so
+far, since an insert takes the lowest free slot), and, once a chunk's report has read it with its other figures
+(``report_figures``: no read of its own), to the highest slot used so far, which it stays at until the next
+commit. Slots in that range without a group are empty (count 0, bias -inf); while merging keeps the cache below
+its capacity, the report's mark spares attention the empty slots the bound would cover.
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ class TempCache(KVCache):
                       if settings.position == "weighted" else None)
         # Slots [0, reach) may hold groups: the sink's, then one per key ever inserted (host-known, never read).
         self.reach = [0] * num_layers
+        # One past the highest slot ever used, on the device (updated by every write), and the value the last
+        # report read with the layer's version then: the view's length while the layer has not changed since.
+        self.high_water_t = torch.zeros(num_layers, dtype=torch.long, device=self.device)
+        self.read_high_water: list = [None] * num_layers
         self.inserted_keys = [0] * num_layers  # non-sink keys committed (each was merged or took a slot)
         # Merges, inserts and evictions per layer (per batch entry and head), counted on the device.
         self.tallies = torch.zeros(3, num_layers, dtype=torch.long, device=self.device)
@@ -120,12 +126,24 @@ class TempCache(KVCache):
 
     @property
     def high_water(self) -> list[int]:
-        """Per layer, one past the highest slot holding a group (read from the device: for tests and reports)."""
-        out = []
-        for layer in range(self.num_layers):
-            held = (self.count[layer][:, :, : self.capacity] > 0).flatten(0, 1).any(0).nonzero()
-            out.append(int(held.max()) + 1 if held.numel() else 0)
-        return out
+        """Per layer, one past the highest slot ever used (read from the device: for tests and reports)."""
+        return self.high_water_t.tolist()
+
+    def report_figures(self) -> dict:
+        """Read with a chunk's report: the high-water mark of every layer (``take_report`` keeps it)."""
+        return {"high_water": self.high_water_t}
+
+    def take_report(self, figures: dict) -> None:
+        for layer, mark in enumerate(figures["high_water"]):
+            self.read_high_water[layer] = (self.versions[layer], int(mark))
+
+    def _length(self, layer: int) -> int:
+        """Slots the view and the search cover: the high-water mark the last report read, while the layer is as it
+        was then; else the host's bound."""
+        read = self.read_high_water[layer]
+        if read is not None and read[0] == self.versions[layer]:
+            return read[1]
+        return self.reach[layer]
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> TempCache:
@@ -252,6 +270,7 @@ class TempCache(KVCache):
             slots = slice(frame_start * tpf, frame_start * tpf + n_sink)
             self._write(layer, slots, k[:, :, :n_sink], v[:, :, :n_sink], positions[:n_sink], frame, tables)
             self.reach[layer] = max(self.reach[layer], slots.stop)
+            self.high_water_t[layer].clamp_(min=slots.stop)
         if n_sink < k.shape[2]:
             self._merge_or_insert(layer, k[:, :, n_sink:], v[:, :, n_sink:], positions[n_sink:], frame, tables)
 
@@ -271,7 +290,7 @@ class TempCache(KVCache):
         B, H, N, D = k_new.shape
         C = self.capacity
         K, V, count, pos, upd = self.k[layer], self.v[layer], self.count[layer], self.pos[layer], self.updated[layer]
-        hw = self.reach[layer]
+        hw = self._length(layer)
         # The sink never takes members: only slots from ``lo`` on are searched (a seventh of the entries for
         # the benches' 3-frame sink in 21 frames).
         lo = min(self.sink_tokens, hw)
@@ -326,8 +345,9 @@ class TempCache(KVCache):
             self.t_sum[layer].scatter_(2, dest, positions[:, 0].double().expand(B, H, N))
         # The trash slot absorbed masked writes; keep it empty.
         count[:, :, C].fill_(0.0)
+        self.high_water_t[layer] = torch.maximum(self.high_water_t[layer], dest.masked_fill(~insert, -1).max() + 1)
         self.inserted_keys[layer] += N
-        self.reach[layer] = max(hw, min(C, self.sink_tokens + self.inserted_keys[layer]))
+        self.reach[layer] = max(self.reach[layer], min(C, self.sink_tokens + self.inserted_keys[layer]))
 
     def _merge(self, layer, k_new, v_new, positions, frame, target, accept, k_store):
         """Accepted keys join their groups (``target``; the trash slot for the others): counts, running-mean
@@ -401,7 +421,7 @@ class TempCache(KVCache):
         return pos
 
     def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
-        hw = self.reach[layer]
+        hw = self._length(layer)
         if hw == 0:
             return None
         # log(count): 0 for a group of one, -inf for an empty slot (log 0), computed once per layer and commit.

@@ -532,9 +532,12 @@ class RolloutLoop:
         """The chunk's report, read from the device in one transfer with the finite check: the chunk's one host
         sync, which also ends its timing (the device has done all of it then). ``since``: when its time started;
         returns when it ended."""
+        own = self.cache.report_figures()
         figures = {**self.cache.chunk_stats(), **self.runner.attention.chunk_stats(),
+                   **{f"_cache_{k}": v for k, v in own.items()},
                    "_finite": torch.isfinite(x0).all(), "_cache_bytes": self.cache.live_bytes_figure()}
         extra = read_figures(figures)
+        self.cache.take_report({k: extra.pop(f"_cache_{k}") for k in own})
         end = time.perf_counter()
         seconds = end - since
         if not extra.pop("_finite"):
