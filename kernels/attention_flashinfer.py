@@ -44,10 +44,12 @@ def dense_prefill(q, k, v, scale: float, return_lse: bool):
     for b in range(q.shape[0]):
         result = flashinfer.single_prefill_with_kv_cache(q[b].transpose(0, 1), k[b], v[b], kv_layout="HND",
                                                          sm_scale=scale, return_lse=return_lse)
-        o, lse = result if return_lse else (result, None)
-        outs.append(o.transpose(0, 1))  # [H, Nq, D], a view
         if return_lse:
+            o, lse = result
             lses.append(lse.transpose(0, 1).float() * math.log(2.0))
+        else:
+            o = result
+        outs.append(o.transpose(0, 1))  # [H, Nq, D], a view
     out = outs[0][None] if len(outs) == 1 else torch.stack(outs)
     lse = None if not return_lse else (lses[0][None] if len(lses) == 1 else torch.stack(lses))
     return out, lse

@@ -85,7 +85,8 @@ class DenseKVCache(KVCache):
     def _runs(self, slots) -> list[tuple[int, int]]:
         """Token ranges (start, stop) of ``slots`` in that order, neighbouring slots joined: what a read or write
         of those frames touches, as slices (no index tensor made on the host per call)."""
-        tpf, runs = self.tokens_per_frame, []
+        tpf = self.tokens_per_frame
+        runs: list[tuple[int, int]] = []
         for s in slots:
             if runs and runs[-1][1] == s * tpf:
                 runs[-1] = (runs[-1][0], (s + 1) * tpf)
@@ -135,7 +136,7 @@ class DenseKVCache(KVCache):
                                   f"{self.capacity_frames} frames ({self.sink_frames} of them sink)")
             self.slot_frame[layer][slot] = f  # reserve now so the chunk's next frame takes another slot
             slots.append(slot)
-        positions = chunk_positions(frame_start, num_frames, *self.grid_hw, device=self.device)
+        positions = chunk_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], self.device)
         if self.rotated_keys:
             k = rotate(k, positions[None], self.rope.ensure(span_of(frame_start + num_frames, *self.grid_hw)))
         k, v = (k, v) if self.kv_quant == "int8" else (k.to(self.dtype), v.to(self.dtype))

@@ -127,6 +127,7 @@ def rescore(queries: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor |
     norms = rows.norm(dim=-1).clamp_min(1e-12)
     if positions is None:
         return (rows * queries[:, :, None]).sum(-1) / norms
+    assert tables is not None, "rotated candidates need the RoPE tables that cover their positions"
     shape = (*rows.shape[:-1], rows.shape[-1] // 2, 2)
     pair = torch.view_as_complex(queries.contiguous().view(*queries.shape[:-1], -1, 2))[:, :, None]
     turn = torch.view_as_complex(tables.cos_sin_pairs(positions))
