@@ -102,9 +102,9 @@ def build_parser() -> OneLineParser:
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
-                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling",
-                                   "lingbot-cap"],
-                   help="which benchmark (kernels and gpu-rollout need a GPU)")
+                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling", "launches",
+                                   "gpu-modes", "lingbot-cap"],
+                   help="which benchmark (kernels, gpu-rollout and gpu-modes need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
     p.add_argument("--model", "--scenario", dest="model", default="demo",

@@ -111,7 +111,7 @@ def check_bench(args) -> None:
     check_count("--frames", args.frames, 1, MAX_BENCH_FRAMES)
     check_count("--repeats", args.repeats, 1, 1000)
     check_number("--budget", args.budget, 0, 7 * 24 * 3600, open_low=True)
-    if args.what in ("kernels", "gpu-rollout"):
+    if args.what in ("kernels", "gpu-rollout", "gpu-modes"):
         import torch
 
         if not torch.cuda.is_available():

@@ -235,10 +235,13 @@ def bench_modes(preset: str = "balanced", capacity: int = CAPACITY_FRAMES, sink:
         "tempcache": temp(annca=False, annsa=False),
         "tempcache-int8": (replace(temp(annca=False, annsa=False)[0], kv_quant="int8"),
                            temp(annca=False, annsa=False)[1]),
-        # The quantized top-1 search (caches/matching.py) in place of the exact one.
+        # The top-1 search named (caches/matching.py) whatever the device ("tempcache" takes "auto": quantized on
+        # CUDA, exact elsewhere).
         "tempcache-quantized": mode(preset=preset, tempcache_overrides={"capacity_frames": capacity,
                                                                         "matcher": "quantized"},
                                     attention_overrides={"annca": False, "annsa": False}),
+        "tempcache-exact": mode(preset=preset, tempcache_overrides={"capacity_frames": capacity, "matcher": "exact"},
+                                attention_overrides={"annca": False, "annsa": False}),
         "tempcache+annsa": temp(annca=False, annsa=True),
         "all": temp(annca=True, annsa=True),
         # AnnCA's per-frame prompt pruning on top (off in the presets): what it saves and what it costs.
