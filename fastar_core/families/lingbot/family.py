@@ -99,10 +99,14 @@ class LingBotFamily(ModelFamily):
         if (camera.height, camera.width) != size:
             raise FastARError(f"the camera's rays are for {camera.height}x{camera.width} pixels; the rollout's "
                               f"latents are {size[0]}x{size[1]}")
-        if camera.num_frames < cfg.num_frames:
+        if camera.source is None and camera.num_frames < cfg.num_frames:
             raise FastARError(f"the camera path covers {camera.num_frames} latent frames; the rollout makes "
                               f"{cfg.num_frames}")
         self._camera_key = None
+
+    def before_chunk(self, cond, frame_start: int, frames: int) -> None:
+        """A live camera (one with a source) makes the chunk's motion now."""
+        cond.camera.require(frame_start + frames)
 
     # -- the forward's hooks --------------------------------------------------------------------------------
     def encode_context(self, runner, cond, segment):
