@@ -234,6 +234,25 @@ def test_workflow_is_valid(path):
         assert reports and all(nodes[link[3]]["type"] == "PreviewAny" for link in reports), "show the report"
 
 
+@pytest.mark.parametrize("name, start", [("fastar_world_model_universal", "FastAR_WorldModelStart"),
+                                         ("fastar_world_model_templerun", "FastAR_WorldModelStart"),
+                                         ("fastar_image_to_video", "FastAR_ImageToVideo")])
+def test_the_start_node_sets_the_samplers_size_and_length(name, start):
+    """Size and length in one place: the start node's width, height and length outputs are linked to the sampler's
+    (whose own widgets keep the same values, shown greyed out by the editor)."""
+    wf = json.loads((ROOT / "example_workflows" / f"{name}.json").read_text())
+    nodes = {n["id"]: n for n in wf["nodes"]}
+    sampler = next(n for n in wf["nodes"] if n["type"] == "FastAR_LongVideoSampler")
+    source = next(n for n in wf["nodes"] if n["type"] == start)
+    links = {link[0]: link for link in wf["links"]}
+    for field in ("width", "height", "length"):
+        slot = next(s for s in sampler["inputs"] if s["name"] == field)
+        _, origin, origin_slot, *_ = links[slot["link"]]
+        assert nodes[origin] is source and source["outputs"][origin_slot]["name"] == field, field
+        assert widget_value(sampler, node_spec(sampler["type"])[0], field) == \
+            widget_value(source, node_spec(start)[0], field), field
+
+
 def test_workflows_cover_the_advertised_uses_and_are_served_as_templates():
     names = {p.stem for p in WORKFLOWS}
     assert {"fastar_long_text_to_video", "fastar_ab_dense_vs_fastar", "fastar_prompt_schedule",

@@ -22,6 +22,9 @@ from .prompts import PromptSchedule
 class Conditioning:
     prompts: PromptSchedule | None = None  # text (Wan2.1 T2V/I2V, Wan2.2)
     concat: torch.Tensor | None = None  # [B, C, T, h, w] channels joined to the noisy latent, frame by frame
+    # [T] which frame of ``concat`` each latent frame reads, when frames repeat (a start video whose frames stop
+    # changing keeps each distinct frame once; ``concat`` is then [B, C, distinct, h, w]); None: frame t reads t
+    concat_index: torch.Tensor | None = None
     clip: torch.Tensor | None = None  # [B, tokens, clip_dim] CLIP-vision features: the cross-attention context
     actions: Actions | None = None  # keyboard / mouse per pixel frame
 
@@ -32,11 +35,20 @@ class Conditioning:
             return value
         return cls(prompts=PromptSchedule.coerce(value))
 
+    @property
+    def concat_length(self) -> int:
+        """Latent frames the joined channels cover."""
+        assert self.concat is not None
+        return self.concat.shape[2] if self.concat_index is None else self.concat_index.shape[0]
+
     def concat_frames(self, frame_start: int, frames: int) -> torch.Tensor:
         """The joined channels of latent frames ``frame_start ..`` (one clear error past their end)."""
         assert self.concat is not None
-        have = self.concat.shape[2]
+        have = self.concat_length
         if frame_start + frames > have:
             raise FastARError(f"the image conditioning covers {have} latent frames; the rollout reached frame "
                               f"{frame_start + frames - 1}: give it for every frame generated")
-        return self.concat[:, :, frame_start:frame_start + frames]
+        if self.concat_index is None:
+            return self.concat[:, :, frame_start:frame_start + frames]
+        index = self.concat_index[frame_start:frame_start + frames].to(self.concat.device)
+        return self.concat.index_select(2, index)

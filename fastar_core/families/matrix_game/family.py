@@ -21,6 +21,7 @@ from .rollout import default_cache
 @register_family
 class MatrixGameFamily(ModelFamily):
     name = "matrix-game-2"
+    restartable = False
 
     def __init__(self, config: MatrixGameConfig):
         self.config = config
@@ -47,6 +48,12 @@ class MatrixGameFamily(ModelFamily):
 
     def own_cache(self):
         return default_cache(self.config)
+
+    def fastar_attention_refusal(self) -> str:
+        return ("FAST-AR's attention patch is written for Wan's text-conditioned block (AnnCA merges a padded text "
+                "prompt), and Matrix-Game 2.0 attends to the start image's CLIP tokens and runs an action module in "
+                "its blocks. FAST-AR's TempCache does run on it: leave the MODEL unpatched and set the Long Video "
+                "Sampler's cache_policy to tempcache (it then holds what the model's own window holds)")
 
     @property
     def action_layers(self) -> tuple:
@@ -83,8 +90,14 @@ class MatrixGameFamily(ModelFamily):
             raise FastARError(f"the image conditioning has shape {got}; expected [{cfg.batch}, {CONCAT_CHANNELS}, "
                               f"frames, {cfg.latent_height}, {cfg.latent_width}] (the 4-channel first-frame mask, then "
                               "the start image's 16-channel latent)")
-        if concat.shape[2] < cfg.num_frames:
-            raise FastARError(f"the image conditioning covers {concat.shape[2]} latent frames; the rollout makes "
+        index = cond.concat_index
+        if index is not None and (index.ndim != 1 or index.dtype != torch.long or not index.numel()
+                                  or int(index[0]) != 0 or int(index.max()) >= concat.shape[2]
+                                  or (index.numel() > 1 and int(index[1:].min()) < 1)):
+            raise FastARError(f"the image conditioning's frame index must be a 1-D long tensor that reads frame 0 (the "
+                              f"start image) at frame 0 only and frames 1..{concat.shape[2] - 1} after it")
+        if cond.concat_length < cfg.num_frames:
+            raise FastARError(f"the image conditioning covers {cond.concat_length} latent frames; the rollout makes "
                               f"{cfg.num_frames}")
         for name, t in (("CLIP-vision features", clip), ("image conditioning", concat)):
             if not t.isfinite().all():

@@ -48,5 +48,8 @@ def image_conditioning(image_latent: torch.Tensor) -> torch.Tensor:
     return torch.cat([mask, image_latent], dim=1)
 
 
-def matrix_game_conditioning(image_latent: torch.Tensor, clip: torch.Tensor, actions: Actions) -> Conditioning:
-    return Conditioning(concat=image_conditioning(image_latent), clip=clip, actions=actions)
+def matrix_game_conditioning(image_latent: torch.Tensor, clip: torch.Tensor, actions: Actions,
+                             frame_index: torch.Tensor | None = None) -> Conditioning:
+    """``frame_index`` [T]: which frame of ``image_latent`` each latent frame reads, when the blank frames' latents
+    repeat and are kept once (frame 0, the image, is read by frame 0 alone)."""
+    return Conditioning(concat=image_conditioning(image_latent), clip=clip, actions=actions, concat_index=frame_index)
