@@ -97,6 +97,7 @@ class WorldModelStart:
             raise FastARError("start_image is not an IMAGE [batch, height, width, channels]")
         image = host.resize_image(start_image[:1, :, :, :3].float(), width, height)
         if wan_vae_kind(vae) == "wan2.1":
+            log.info("FAST-AR World Model Start: encoding %d frames at %dx%d a slice at a time", length, width, height)
             encoder = StartVideoEncoder(vae, host)
             host.load_vae(vae, (1, 3, encoder.step, height, width), encode=True)
             try:

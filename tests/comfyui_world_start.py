@@ -50,12 +50,14 @@ def whole_video(image, frames):
 
 
 def equality():
-    """The streamed start against VAE Encode of the whole video: 16x16 pixels (a 2x2 latent, so the random full-size
-    VAE of 0.3.x runs it in minutes), 161 frames (41 latent frames: the encoder's reach ends near latent frame 30)."""
+    """The streamed start against VAE Encode of the whole video: 48x32 pixels (a 6x4 latent, which the random
+    full-size VAE of 0.3.x encodes in about a minute), 161 frames (41 latent frames: the encoder's reach ends near
+    latent frame 30). Below about 4x4 latent pixels ComfyUI's 1x1 output conv rounds a short tensor differently from a
+    long one (by 1e-7), so the size is kept above that."""
     v = vae()
     results = {}
     for frames in (9, 161):
-        image = start_image(16, 16, seed=frames)
+        image = start_image(32, 48, seed=frames)
         encoder = StartVideoEncoder(v, get_host())
         with torch.no_grad():
             distinct, index = encoder.encode(image, frames)
@@ -65,9 +67,8 @@ def equality():
             "shape": list(streamed.shape), "whole_shape": list(whole.shape), "distinct": distinct.shape[2],
             "skipped_calls": encoder.skipped, "equal": bool(torch.equal(streamed, whole)),
             "max_abs_diff": float((streamed - whole).abs().max()),
-            # negative control: the latent one frame before the steady state, repeated, is not the encode
-            "early_repeat_diff": float((distinct[:, :, index.clamp(max=max(1, int(index.max()) - 1))] - whole)
-                                       .abs().max()),
+            # negative control: the first blank frame's latent repeated, as if the image did not carry forward
+            "first_blank_repeated_diff": float((distinct[:, :, index.clamp(max=1)] - whole).abs().max()),
         }
     return results
 
