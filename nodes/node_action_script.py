@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..fastar_core.errors import FastARError
 from ..fastar_core.rollout.action_script import DEFAULT_FPS, MAX_FPS, VARIANTS, parse_text
 from .constants import ACTIONS, CATEGORY
 from .inputs import combo, float_input, string_input
@@ -57,13 +56,12 @@ class ActionScriptNode:
 
     @classmethod
     def VALIDATE_INPUTS(cls, variant=None, fps=None, script=None):
-        # Linked inputs arrive only at run time; the widgets' values are checked when the prompt is queued.
+        # Linked inputs arrive only at run time; the widgets' values are checked when the prompt is queued. A bad
+        # script raises: ComfyUI reports a returned message once per input this function takes (three times here),
+        # a raised one once.
         if not isinstance(script, str) or not isinstance(variant, str) or not isinstance(fps, (int, float)):
             return True
-        try:
-            script_from_widgets(variant, fps, script)
-        except FastARError as e:
-            return str(e)
+        script_from_widgets(variant, fps, script)
         return True
 
     def build(self, variant, fps, script):

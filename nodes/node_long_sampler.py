@@ -29,6 +29,7 @@ from .request import RolloutSettings, build_request
 from .rollout import run_rollout
 from .upstream import ignored_model_patches, ignored_shift
 from .vae_loop import ComfyVideoVAE
+from .video_size import check_sampler_size, size_of_start
 
 log = logging.getLogger("FAST-AR")
 
@@ -53,13 +54,16 @@ class LongVideoSampler:
                 "positive": link(CONDITIONING_OR_SCHEDULE, "The prompt: a CONDITIONING (from CLIP Text Encode with a "
                                                            "'wan' text encoder, or from AR Image to Video) or an AR "
                                                            "Prompt Schedule."),
-                "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION, "Video width in pixels (multiple of 16; of 32 for "
-                                                                    "Wan2.2 TI2V-5B). The Wan2.1 AR models are trained "
-                                                                    "at 832x480, LongLive 2.0 at 1280x704.",
+                "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION,
+                                   "Video width in pixels (multiple of 16; of 32 for Wan2.2 TI2V-5B). The Wan2.1 AR "
+                                   "models are trained at 832x480, LongLive 2.0 at 1280x704. With a start node (AR "
+                                   "Image to Video, World Model Start), link its width here: it sets the size.",
                                    step=PIXEL_STEP),
                 "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height in pixels (multiple of 16; of 32 "
-                                                                     "for Wan2.2 TI2V-5B).", step=PIXEL_STEP),
-                "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP, step=4),
+                                                                     "for Wan2.2 TI2V-5B). With a start node, link its "
+                                                                     "height here.", step=PIXEL_STEP),
+                "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP + " With a start node, link its length here.",
+                                    step=4),
                 "frames_per_block": int_input(
                     FRAMES_PER_BLOCK, 1, 64, "Latent frames per chunk; must match the checkpoint's "
                                                         "training (3 for Self-Forcing, CausVid, Rolling Forcing, "
@@ -137,6 +141,8 @@ class LongVideoSampler:
                window_frames=WINDOW_FRAMES, context_noise=0.0, sigmas=None, first_chunk_sigmas=None, actions=None,
                batch_size=1, vae=None, restart_every=0, restart_overlap=3):
         host = get_host()
+        check_sampler_size(size_of_start(positive), width, height, length, "the Long Video Sampler makes",
+                           fix="link the start node's width, height and length outputs to the sampler's")
         total_frames = check_video_frames("length", length)
         family = check_model_input(model)
         stride = VAE_STRIDES[family.latent_channels(diffusion_model_of(model))]  # Wan2.1's VAE: 8; Wan2.2's: 16

@@ -22,6 +22,7 @@ from ..fastar_core.rollout.video_geometry import pixel_size
 from .constants import CORE_AR_CONFIG_KEY, CORE_START_LATENT_KEY, INITIAL_LATENT_KEY, WORLD_START_KEY
 from .family_inputs import FamilyInputs, SamplerInputs, batch_rows, item_of
 from .upstream import ignored_conditioning
+from .video_size import VideoSize
 
 
 @dataclass
@@ -37,6 +38,7 @@ class ARPromptSchedule:
     prompts: list = field(default_factory=list)  # ScheduledPrompt, sorted by start_frame
     initial_latent: torch.Tensor | None = None  # raw VAE latent [B, 16, F, h, w] of a start image
     notes: list = field(default_factory=list)  # things the report should mention
+    video_size: VideoSize | None = None  # the start node's size and length, when prompt 1 came from one
 
     def to_engine(self) -> PromptSchedule:
         return PromptSchedule([PromptSegment(p.start_frame, p.context, p.recache_frames, p.label)
@@ -85,8 +87,9 @@ def video_frame_to_latent(frame: int) -> int:
     return (max(0, frame) + 3) // 4
 
 
-def with_initial_latent(conditioning, latent: torch.Tensor, hooks=None, combine_hooks=None):
-    """A copy of a CONDITIONING whose every entry carries the start image's latent (tensors are shared).
+def with_initial_latent(conditioning, latent: torch.Tensor, hooks=None, combine_hooks=None, size=None):
+    """A copy of a CONDITIONING whose every entry carries the start image's latent (tensors are shared) and the
+    video's ``size`` (a ``VideoSize``).
 
     ``hooks`` (a ComfyUI HookGroup, or None) is attached too, joined with an entry's own hooks by
     ``combine_hooks([theirs, ours])``."""
@@ -94,6 +97,8 @@ def with_initial_latent(conditioning, latent: torch.Tensor, hooks=None, combine_
     for entry in conditioning:
         extras = dict(entry[1]) if len(entry) > 1 else {}
         extras[INITIAL_LATENT_KEY] = latent
+        if size is not None:
+            extras.update(size.as_extras())
         if hooks is not None:
             theirs = extras.get("hooks")
             extras["hooks"] = hooks if theirs is None else combine_hooks([theirs, hooks])

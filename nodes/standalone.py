@@ -138,7 +138,7 @@ class StandaloneHost:
     def load_model(self, patcher) -> None:
         pass
 
-    def load_vae(self, vae, piece_shape) -> None:
+    def load_vae(self, vae, piece_shape, encode: bool = False) -> None:
         pass
 
     def soft_empty_cache(self) -> None:

@@ -310,13 +310,13 @@ def pack_start_image_to_core():
     nodes = core_ar_nodes()
     with torch.no_grad():
         model = comfy.sd.load_diffusion_model(model_path(CAUSAL))
-        positive, latent = ARImageToVideo().encode(conditioning(1), vae(), start_image(), 32, 32, 25, 1)
+        positive, latent, *_ = ARImageToVideo().encode(conditioning(1), vae(), start_image(), 32, 32, 25, 1)
         start = positive[0][1]["fastar_initial_latent"].float().cpu()
         core = sample(model, latent["samples"], core_sampler(), positive)
         core_plain = sample(model, latent["samples"], core_sampler(), conditioning(1))
         custom = sample(model, latent["samples"], pack_sampler(), positive)  # the hook and the entry agree
         # one start image each way: refused with one message
-        other, _ = ARImageToVideo().encode(conditioning(1), vae(), 1 - start_image(), 32, 32, 25, 1)
+        other, *_ = ARImageToVideo().encode(conditioning(1), vae(), 1 - start_image(), 32, 32, 25, 1)
         with_image = nodes.ARVideoI2V.execute(model, vae(), start_image(), 32, 32, 25, 1).args[0]
         try:
             LongVideoSampler().sample(with_image, other, 32, 32, 25)

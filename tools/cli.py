@@ -174,7 +174,7 @@ def cmd_info(args) -> int:
 
 
 def _info_matrix_game(args) -> int:
-    """A Matrix-Game 2.0 checkpoint: its variant (from the config.json beside it) and the keys it is steered by."""
+    """A Matrix-Game 2.0 checkpoint: its variant (from its sizes) and the keys it is steered by."""
     from ..fastar_core.families.matrix_game.checkpoint import load_matrix_game_checkpoint
     from ..fastar_core.rollout.action_script import VARIANTS
 
@@ -195,7 +195,7 @@ def _info_matrix_game(args) -> int:
         return 0
     a = cfg.action
     print(f"file        {summary['path']}")
-    print(f"family      Matrix-Game 2.0, variant {cfg.variant} (sizes from {summary['config_file']})")
+    print(f"family      Matrix-Game 2.0, variant {cfg.variant} (sizes from {summary['config_from']})")
     print(f"config      dim {cfg.dim}, {cfg.num_heads} heads x {cfg.head_dim}, {cfg.num_layers} layers, ffn "
           f"{cfg.ffn_dim}, in/out {cfg.in_dim}/{cfg.out_dim} ch, CLIP context {cfg.clip_dim}, patch "
           f"{tuple(cfg.patch_size)}")
