@@ -52,6 +52,7 @@ SCHEDULE_PRESETS = {
     "Causal Forcing++ 2-step": "causal-forcing++-2step",
     "Matrix-Game 3-step": "matrix-game",
     "LongLive 2.0 4-step (UniPC)": "longlive2",
+    "LingBot-World 4-step": "lingbot",
 }
 # The engine's own names, so a node can never offer a choice the engine refuses.
 CACHE_POLICIES = CACHE_CHOICES

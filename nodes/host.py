@@ -187,6 +187,11 @@ class ComfyHost:
 
         return folder_paths.get_full_path_or_raise(folder, name)
 
+    def input_directory(self) -> Path:
+        import folder_paths
+
+        return Path(folder_paths.get_input_directory())
+
     def output_path(self, prefix: str, width: int, height: int) -> tuple[Path, str]:
         import folder_paths
 

@@ -107,9 +107,10 @@ class LongVideoSampler:
                                          "A trailing 0 is dropped: every chunk ends clean."),
                 "first_chunk_sigmas": link("SIGMAS", "Optional step list for the first chunk alone (Causal Forcing++ "
                                                      "denoises its first frame with 4 steps); replaces the preset's."),
-                "actions": link(ACTIONS, "Keyboard and mouse actions from an Action Script node, for a "
-                                         "Matrix-Game 2.0 model (they are read at the video's frame rate, for "
-                                         "'length' frames). Other models take no actions and refuse them."),
+                "actions": link(ACTIONS, "How a world model is steered: an Action Script of keyboard and mouse "
+                                         "actions for Matrix-Game 2.0 (read at the video's frame rate, for 'length' "
+                                         "frames); a Camera Path or an Action Script of variant lingbot for "
+                                         "LingBot-World 2.0. Other models take no actions and refuse them."),
                 "batch_size": int_input(1, 1, 64, "Videos to make, one after another (the memory of one). Video i is "
                                                   "batch item i of the seed, as in ComfyUI's own batches: video 0 is "
                                                   "the batch_size 1 video. A prompt or start image of batch 1 is "
@@ -159,7 +160,7 @@ class LongVideoSampler:
         host.load_model(model)
         ar_model = resolve_model(model)
         given = SamplerInputs(positive=positive, actions=actions, latent_frames=total_frames, latent_h=latent_h,
-                              latent_w=latent_w, sigmas=sigmas, schedule=schedule,
+                              latent_w=latent_w, sigmas=sigmas, schedule=schedule, frames_per_block=frames_per_block,
                               core_start=core_start_latent(getattr(model, "model_options", None)))
         settings = RolloutSettings(
             frames_per_block=frames_per_block, schedule=sigmas if sigmas is not None else SCHEDULE_PRESETS[schedule],

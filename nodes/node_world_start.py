@@ -12,8 +12,6 @@ length; Cancel stops it within one layer. The node also sets the video's size an
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
 from ..fastar_core.errors import FastARError
@@ -21,7 +19,6 @@ from ..fastar_core.rollout.video_geometry import check_pixel_size, check_video_f
 from .constants import (
     CATEGORY,
     CLIP_VISION_TOKENS,
-    LATENT_CHANNELS,
     MAX_LENGTH,
     MAX_RESOLUTION,
     PIXEL_STEP,
@@ -33,11 +30,9 @@ from .constants import (
 from .host import get_host
 from .inputs import int_input, link
 from .node_long_sampler import LENGTH_TOOLTIP
-from .streaming_decode import wan_vae_kind
-from .streaming_encode import StartVideoEncoder
+from .streaming_encode import encode_start_video
 from .video_size import VideoSize
 
-log = logging.getLogger("FAST-AR")
 NODE_NAME = "World Model Start"
 
 
@@ -90,31 +85,13 @@ class WorldModelStart:
 
     def encode(self, clip_vision_output, vae, start_image, width, height, length):
         host = get_host()
-        total = check_video_frames("length", length)
-        latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
+        check_video_frames("length", length)
+        check_pixel_size("width", width), check_pixel_size("height", height)
         tokens = clip_tokens(clip_vision_output)
         if not torch.is_tensor(start_image) or start_image.ndim != 4:
             raise FastARError("start_image is not an IMAGE [batch, height, width, channels]")
         image = host.resize_image(start_image[:1, :, :, :3].float(), width, height)
-        if wan_vae_kind(vae) == "wan2.1":
-            log.info("FAST-AR World Model Start: encoding %d frames at %dx%d a slice at a time", length, width, height)
-            encoder = StartVideoEncoder(vae, host)
-            host.load_vae(vae, (1, 3, encoder.step, height, width), encode=True)
-            try:
-                latent, index = encoder.encode(image, length)
-            finally:
-                host.soft_empty_cache()
-        else:
-            # Any other VAE is asked for the whole video at once (its memory grows with the length).
-            log.warning("FAST-AR World Model Start: the VAE is not ComfyUI's Wan2.1 VAE; encoding all %d frames at "
-                        "once", length)
-            video = torch.full((length, height, width, 3), 0.5, dtype=image.dtype, device=image.device)
-            video[:1] = image  # blank frames are zero in the VAE's [-1, 1] range: 0.5 in an IMAGE's [0, 1]
-            latent, index = vae.encode(video), torch.arange(total)
-        got = (*latent.shape[:2], *latent.shape[3:])
-        if latent.ndim != 5 or got != (1, LATENT_CHANNELS, latent_h, latent_w) or index.shape != (total,):
-            raise FastARError(f"the VAE gave a latent of shape {list(latent.shape)} for {length} frames; a Wan2.1 "
-                              f"VAE gives [1, {LATENT_CHANNELS}, {total}, {latent_h}, {latent_w}] here")
+        latent, index = encode_start_video(vae, image, length, host, NODE_NAME)
         extras = {WORLD_START_KEY: latent.to(host.intermediate_device()), WORLD_START_INDEX_KEY: index,
                   **VideoSize(width, height, length, NODE_NAME).as_extras()}
         return ([[tokens.to(host.intermediate_device()), extras]], width, height, length)

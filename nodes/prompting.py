@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..fastar_core.errors import FastARError
+from ..fastar_core.families.lingbot.camera import CameraPath
 from ..fastar_core.rollout.action_script import ActionScript
 from ..fastar_core.rollout.conditioning import Conditioning
 from ..fastar_core.rollout.prompts import PromptSchedule, PromptSegment
@@ -189,10 +190,14 @@ def start_latent(model, raw, latent_h: int, latent_w: int) -> torch.Tensor | Non
 def check_no_world_inputs(actions, positive) -> None:
     """Actions and a world start belong to a world model, not to a text-to-video one."""
     if actions is not None:
-        if not isinstance(actions, ActionScript):
-            raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script node")
-        raise FastARError(f"'actions' ({actions.variant}) steer a Matrix-Game 2.0 model, but this MODEL is a "
-                          "text-to-video Wan model, which takes no actions; disconnect 'actions'")
+        if isinstance(actions, ActionScript):
+            what = f"'actions' ({actions.variant}) steer a world model"
+        elif isinstance(actions, CameraPath):
+            what = "'actions' (a camera path) steer LingBot-World 2.0"
+        else:
+            raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script or Camera Path node")
+        raise FastARError(f"{what}, but this MODEL is a text-to-video Wan model, which takes no actions; disconnect "
+                          "'actions'")
     if not isinstance(positive, ARPromptSchedule) and WORLD_START_KEY in conditioning_entry(positive, "positive")[1]:
         raise FastARError("'positive' comes from World Model Start, which starts a Matrix-Game 2.0 model, but this "
                           "MODEL is a text-to-video Wan model: give it a text prompt (CLIP Text Encode)")

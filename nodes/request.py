@@ -14,6 +14,7 @@ import torch
 
 from ..fastar_core.caches.spec import SINK_FRAMES, WINDOW_FRAMES
 from ..fastar_core.errors import FastARError
+from ..fastar_core.families.lingbot.family import LingBotFamily
 from ..fastar_core.families.longlive2 import LongLive2Family
 from ..fastar_core.families.matrix_game.family import MatrixGameFamily
 from ..fastar_core.forward.family import ModelFamily
@@ -23,13 +24,14 @@ from ..fastar_core.rollout.sampler import resolve_mode as engine_resolve_mode
 from ..fastar_core.rollout.schedule import DenoisingSchedule, get_schedule
 from ..fastar_core.rollout.vae import RestartSpec
 from .family_inputs import FamilyInputs, SamplerInputs, batch_rows
+from .lingbot import read_lingbot_inputs
 from .model_access import ARModel
 from .prompting import read_text_inputs
 from .world import read_world_inputs
 
 # The engine family's name -> the reader of its sampler inputs.
 READERS = {ModelFamily.name: read_text_inputs, LongLive2Family.name: read_text_inputs,
-           MatrixGameFamily.name: read_world_inputs}
+           MatrixGameFamily.name: read_world_inputs, LingBotFamily.name: read_lingbot_inputs}
 
 
 @dataclass

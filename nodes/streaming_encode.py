@@ -20,12 +20,17 @@ frames however long the video.
 from __future__ import annotations
 
 import inspect
+import logging
 import sys
 from contextlib import contextmanager
 
 import torch
 
-from .streaming_decode import decoder_cache_slots
+from ..fastar_core.errors import FastARError
+from ..fastar_core.rollout.video_geometry import LATENT_CHANNELS, latent_frames
+from .streaming_decode import decoder_cache_slots, wan_vae_kind
+
+log = logging.getLogger("FAST-AR")
 
 
 @contextmanager
@@ -144,3 +149,30 @@ class StartVideoEncoder:
                 last_state, last_call = state, i
                 i += 1
         return torch.cat(distinct, dim=2), torch.tensor(index, dtype=torch.long)
+
+
+def encode_start_video(vae, image: torch.Tensor, length: int, host, node: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A world model's start video, ``image`` [1, H, W, 3] followed by ``length - 1`` blank frames, through ``vae``:
+    (the distinct latent frames [1, 16, D, h, w], and per latent frame of the video the index of its distinct frame).
+    With ComfyUI's Wan2.1 VAE a slice at a time (``StartVideoEncoder``); any other VAE is handed the whole video."""
+    height, width = image.shape[1:3]
+    total = latent_frames(length)
+    if wan_vae_kind(vae) == "wan2.1":
+        log.info("FAST-AR %s: encoding %d frames at %dx%d a slice at a time", node, length, width, height)
+        encoder = StartVideoEncoder(vae, host)
+        host.load_vae(vae, (1, 3, encoder.step, height, width), encode=True)
+        try:
+            latent, index = encoder.encode(image, length)
+        finally:
+            host.soft_empty_cache()
+    else:
+        # Any other VAE is asked for the whole video at once (its memory grows with the length).
+        log.warning("FAST-AR %s: the VAE is not ComfyUI's Wan2.1 VAE; encoding all %d frames at once", node, length)
+        video = torch.full((length, height, width, 3), 0.5, dtype=image.dtype, device=image.device)
+        video[:1] = image  # blank frames are zero in the VAE's [-1, 1] range: 0.5 in an IMAGE's [0, 1]
+        latent, index = vae.encode(video), torch.arange(total)
+    got = (*latent.shape[:2], *latent.shape[3:])
+    if latent.ndim != 5 or got != (1, LATENT_CHANNELS, height // 8, width // 8) or index.shape != (total,):
+        raise FastARError(f"the VAE gave a latent of shape {list(latent.shape)} for {length} frames; a Wan2.1 VAE "
+                          f"gives [1, {LATENT_CHANNELS}, {total}, {height // 8}, {width // 8}] here")
+    return latent, index

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..fastar_core.errors import FastARError
+from ..fastar_core.families.lingbot.camera import CameraPath
 from ..fastar_core.families.matrix_game.config import MatrixGameConfig
 from ..fastar_core.families.matrix_game.rollout import matrix_game_conditioning
 from ..fastar_core.rollout.action_script import ActionScript
@@ -87,7 +88,10 @@ def read_world_inputs(model, given: SamplerInputs) -> WorldInputs:
         raise FastARError(f"this MODEL is Matrix-Game 2.0 {variant}, steered by {keys}: connect an Action Script "
                           "to 'actions'")
     if not isinstance(actions, ActionScript):
-        raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script node")
+        what = ("a camera path, which steers LingBot-World 2.0" if isinstance(actions, CameraPath)
+                else f"a {type(actions).__name__}")
+        raise FastARError(f"'actions' is {what}; this MODEL is Matrix-Game 2.0 {variant}: connect an Action Script "
+                          "node")
     if actions.variant != variant:
         raise FastARError(f"the Action Script is for {actions.variant}, but this MODEL is Matrix-Game 2.0 {variant}: "
                           f"set its variant to {variant} (the keys differ)")

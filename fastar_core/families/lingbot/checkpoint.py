@@ -8,14 +8,17 @@ the 1.3B (released after the code) is assumed to be laid out the same way at its
 layers), its T5 and VAE shared with the 14B: a folder of a config.json and one or more safetensors files.
 
 ``find_model_folder(path)`` accepts the folder, the release's root (holding ``transformers/``), or any weights or
-index file inside the folder. ``load_lingbot`` checks every key and shape of every shard against the module tree
-the config builds before a tensor is read, and builds the model.
+index file inside the folder. The sizes come from the folder's ``config.json``, or, where it holds the shards alone
+(as ComfyUI's model download leaves them), from the released size whose keys and shapes they are exactly
+(``config.RELEASED``). ``load_lingbot`` checks every key and shape of every shard against the module tree the
+config builds before a tensor is read, and builds the model.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -28,7 +31,7 @@ from ...files.raw import SAFETENSORS_SUFFIXES, check_regular_file, read_raw
 from ...files.safetensors_reader import read_header
 from ...files.wan_checkpoint import checkpoint_errors, dtype_name
 from ...memory import format_bytes, free_bytes
-from .config import CLASS_NAME, LingBotConfig, from_reference_config, reference_config
+from .config import CLASS_NAME, RELEASED, LingBotConfig, from_reference_config, reference_config
 from .model import LingBotModel
 
 WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"
@@ -45,9 +48,11 @@ class LingBotCheckpoint:
     state_dict: dict
     dtype: torch.dtype
     file_dtypes: dict = field(default_factory=dict)
+    config_source: str = CONFIG_NAME  # where the sizes came from: the config.json, or the released size
 
     def summary(self) -> dict:
         return {"path": self.path, "family": "LingBot-World 2.0", "size": self.config.size,
+                "config_from": self.config_source,
                 "config": self.config.to_dict(), "dtype": dtype_name(self.dtype), "shards": len(self.shards),
                 "parameters": sum(t.numel() for t in self.state_dict.values())}
 
@@ -89,24 +94,43 @@ def expected_shapes(config: LingBotConfig) -> dict:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def check_keys(folder: Path, declared: dict, config: LingBotConfig) -> None:
-    """Every key and shape of the model, and nothing else; else one error naming what differs."""
-    want = expected_shapes(config)
+@cache
+def released_shapes(size: str) -> dict:
+    return expected_shapes(RELEASED[size])
+
+
+def layout_errors(declared: dict, want: dict) -> tuple[int, list[str]]:
+    """(how many keys differ, what differs) between the shards' keys and shapes and ``want``."""
     missing = sorted(set(want) - set(declared))
     extra = sorted(set(declared) - set(want))
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing {len(missing)} keys ({', '.join(missing[:3])})")
-        if extra:
-            parts.append(f"{len(extra)} keys the model does not have ({', '.join(extra[:3])})")
-        raise CheckpointError(folder, "does not fit the LingBot-World 2.0 layout of its config.json: "
-                                      + "; ".join(parts))
-    bad = [(k, declared[k], want[k]) for k in want if tuple(declared[k]) != want[k]]
-    if bad:
+    bad = [(k, declared[k], want[k]) for k in want if k in declared and tuple(declared[k]) != want[k]]
+    parts = []
+    if missing:
+        parts.append(f"missing {len(missing)} keys ({', '.join(missing[:3])})")
+    if extra:
+        parts.append(f"{len(extra)} keys the model does not have ({', '.join(extra[:3])})")
+    if bad and not parts:
         k, got, exp = bad[0]
-        raise CheckpointError(folder, f"{k} has shape {list(got)}; its config.json gives {list(exp)} "
-                                      f"({len(bad)} tensors differ)")
+        parts.append(f"{k} has shape {list(got)}; its config gives {list(exp)} ({len(bad)} tensors differ)")
+    return len(missing) + len(extra) + len(bad), parts
+
+
+def check_keys(folder: Path, declared: dict, config: LingBotConfig, source: str = f"its {CONFIG_NAME}") -> None:
+    """Every key and shape of the model, and nothing else; else one error naming what differs."""
+    _, errors = layout_errors(declared, expected_shapes(config))
+    if errors:
+        raise CheckpointError(folder, f"does not fit the LingBot-World 2.0 layout of {source}: " + "; ".join(errors))
+
+
+def released_size(folder: Path, declared: dict) -> LingBotConfig:
+    """The released size whose keys and shapes the shards are exactly (a folder without its config.json)."""
+    differences = {size: layout_errors(declared, released_shapes(size)) for size in RELEASED}
+    size, (count, errors) = min(differences.items(), key=lambda item: item[1][0])
+    if count == 0:
+        return RELEASED[size]
+    raise CheckpointError(folder, f"has no {CONFIG_NAME} and its shards are none of the released LingBot-World 2.0 "
+                                  f"sizes (closest, {size}: {'; '.join(errors)}): put the {CONFIG_NAME} of its "
+                                  "transformers/ folder beside them")
 
 
 def load_lingbot_checkpoint(path, dtype: torch.dtype | None = None,
@@ -114,10 +138,12 @@ def load_lingbot_checkpoint(path, dtype: torch.dtype | None = None,
     """Read and check a LingBot-World 2.0 ``from_pretrained`` folder; ``config`` overrides its ``config.json``."""
     folder = find_model_folder(path) if config is None else Path(path)
     if folder is None:
-        raise CheckpointError(path, f"is not a LingBot-World 2.0 model folder (a {CONFIG_NAME} naming {CLASS_NAME} "
-                                    f"beside its safetensors, or a folder holding {SUBFOLDER}/ with them)")
+        raise CheckpointError(path, f"is not a LingBot-World 2.0 model folder (its safetensors shards, with the "
+                                    f"{CONFIG_NAME} naming {CLASS_NAME} beside them, or a folder holding "
+                                    f"{SUBFOLDER}/ with them)")
     with checkpoint_errors(folder):
-        if config is None:
+        source = "(given)" if config is not None else str(folder / CONFIG_NAME)
+        if config is None and (folder / CONFIG_NAME).is_file():
             try:
                 config = from_reference_config(read_json(folder / CONFIG_NAME, str(folder / CONFIG_NAME)))
             except ValueError as e:
@@ -144,7 +170,10 @@ def load_lingbot_checkpoint(path, dtype: torch.dtype | None = None,
                 raise CheckpointError(folder / INDEX_NAME, f"does not match its shards ({k}: the index says "
                                                            f"{weight_map.get(k)}, found in "
                                                            f"{owner[k].name if k in owner else 'none'})")
-        check_keys(folder, declared, config)
+        if config is None:
+            config = released_size(folder, declared)
+            source = f"the released {config.size} model's config (recognised by its keys and shapes)"
+        check_keys(folder, declared, config, f"its {CONFIG_NAME}" if source.endswith(CONFIG_NAME) else source)
         need = sum(info.nbytes for h in headers.values() for info in h.tensors.values())
         free = free_bytes("cpu")
         if free is not None and need > free:
@@ -161,7 +190,7 @@ def load_lingbot_checkpoint(path, dtype: torch.dtype | None = None,
             if not bool(torch.isfinite(t).all()):
                 raise CheckpointError(owner[k], f"{k} holds NaN or infinite values; the weights are damaged")
         counts = {dtype_name(d): n for d, n in stored.most_common()}
-        return LingBotCheckpoint(str(folder), config, [str(f) for f in files], sd, target, counts)
+        return LingBotCheckpoint(str(folder), config, [str(f) for f in files], sd, target, counts, source)
 
 
 def build_lingbot(ckpt: LingBotCheckpoint, device="cpu") -> LingBotModel:
