@@ -312,6 +312,8 @@ def test_the_world_model_workflows_agree_with_themselves_and_their_variant(varia
 def sampler_caches(wf) -> list[str]:
     """The cache each sampler of a workflow resolves to (the report's ``cache`` line): its widgets, the FAST-AR
     Attention node on its model's path, and the family's own cache of the file its loader names."""
+    from comfyui_fastar.fastar_core.families.lingbot.config import RELEASED as LINGBOT
+    from comfyui_fastar.fastar_core.families.lingbot.rollout import default_cache as lingbot_cache
     from comfyui_fastar.fastar_core.families.longlive2 import LongLive2Family
     from comfyui_fastar.fastar_core.families.matrix_game.config import RELEASED
     from comfyui_fastar.fastar_core.families.matrix_game.rollout import default_cache
@@ -320,7 +322,8 @@ def sampler_caches(wf) -> list[str]:
     own = {"model_bf16.pt": LongLive2Family().own_cache(),
            "base_distill.safetensors": default_cache(RELEASED["universal"]),
            "gta_keyboard2dim.safetensors": default_cache(RELEASED["gta_drive"]),
-           "templerun_7dim_onlykey.safetensors": default_cache(RELEASED["templerun"])}
+           "templerun_7dim_onlykey.safetensors": default_cache(RELEASED["templerun"]),
+           "diffusion_pytorch_model-00001-of-00004.safetensors": lingbot_cache(LINGBOT["14B"])}
     nodes = {n["id"]: n for n in wf["nodes"]}
     links = {link[0]: link for link in wf["links"]}
 

@@ -35,6 +35,7 @@ def inject_camera(blk, x: torch.Tensor, camera: torch.Tensor) -> torch.Tensor:
 @register_family
 class LingBotFamily(ModelFamily):
     name = "lingbot-world-2"
+    restartable = False  # its image and camera are read by absolute latent frame
 
     def __init__(self, config: LingBotConfig):
         self.config = config
