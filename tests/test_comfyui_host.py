@@ -142,11 +142,11 @@ def server(host, tmp_path_factory):
     port = free_port(host.port or 0)
     # Models only some tests write (ComfyUI re-lists a folder whose files change), beside the host's own.
     extra = base / "extra_models"
-    for folder in ("diffusion_models", "clip_vision", "vae"):
+    for folder in ("diffusion_models", "clip_vision", "vae", "text_encoders"):
         (extra / folder).mkdir(parents=True)
     extra_config = base / "extra_model_paths.yaml"
     extra_config.write_text(f"fastar_tests:\n  base_path: {extra}\n  diffusion_models: diffusion_models\n"
-                            "  clip_vision: clip_vision\n  vae: vae\n")
+                            "  clip_vision: clip_vision\n  vae: vae\n  text_encoders: text_encoders\n")
     proc = subprocess.Popen([host.python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
                              "--extra-model-paths-config", str(extra_config),
                              "--base-directory", str(base), "--output-directory", str(out),
@@ -485,11 +485,12 @@ WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 
 def ui_to_api(workflow: dict, info: dict) -> dict:
     """The API prompt the editor makes of a UI workflow: widget values in the node's input order (a seed's
-    control value and an upload button's skipped), links as [source id, output slot]; notes dropped."""
+    control value and an upload button's skipped), links as [source id, output slot]; notes and muted nodes
+    dropped."""
     links = {link[0]: link for link in workflow["links"]}
     prompt = {}
     for node in workflow["nodes"]:
-        if node["type"] in ("MarkdownNote", "Note"):
+        if node["type"] in ("MarkdownNote", "Note") or node.get("mode") == 2:  # a muted node is not queued
             continue
         spec, values, inputs, i = info[node["type"]], list(node.get("widgets_values") or []), {}, 0
         linked = {slot["name"]: links[slot["link"]] for slot in node.get("inputs", []) if slot.get("link") is not None}
@@ -848,3 +849,120 @@ def test_world_model_start_memory_does_not_grow_with_the_length(host):
                       for k, v in peaks.items()}), file=sys.stderr)
     assert peaks[(961, "640x352", False)] <= 1.10 * peaks[(121, "640x352", False)], peaks
     assert peaks[(241, "320x176", True)] > 1.5 * peaks[(121, "320x176", True)], "the control: the whole encode grows"
+
+
+LINGBOT_WORKFLOW = ROOT / "example_workflows" / "fastar_world_model_lingbot.json"
+SMALL_LINGBOT = {"width": 48, "height": 32, "length": 29}  # 8 latent frames: two chunks of 4
+
+
+@pytest.fixture(scope="module")
+def lingbot_models(world_models):
+    """Every file the LingBot workflow names, where the docs put them: its shards at the top of diffusion_models
+    under the names their download gives (a tiny model, which carries its sizes in the shards' metadata; the
+    released sizes need nothing), the UMT5 text encoder's name (an empty file: the tests swap the text nodes for the
+    harness's random prompt, since no host has a UMT5), the Wan2.1 VAE and input/example.png (World Model Start's
+    fixture), and input/cameras/03 (a camera folder for the muted Camera Path)."""
+    import numpy as np
+    from test_lingbot import TINY
+
+    from comfyui_fastar.fastar_core.families.lingbot.checkpoint import save_lingbot
+    from comfyui_fastar.fastar_core.families.lingbot.model import random_lingbot
+    from comfyui_fastar.fastar_core.rollout.action_script import parse_text
+
+    server = world_models
+    wf = json.loads(LINGBOT_WORKFLOW.read_text())
+    by_type = {n["type"]: n for n in wf["nodes"]}
+    names = [m["name"] for m in by_type["FastAR_LoadARVideoModel"]["properties"]["models"]]
+    assert all("/" not in n for n in names) and by_type["FastAR_LoadARVideoModel"]["widgets_values"][0] == names[0]
+    folder = server.extra_models / "diffusion_models"
+    save_lingbot(random_lingbot(TINY, seed=3), folder, shards=len(names), config_in_files=True)
+    assert sorted(p.name for p in folder.glob("diffusion_pytorch_model-*")) == names
+    for entry in by_type["CLIPLoader"]["properties"]["models"]:
+        (server.extra_models / entry["directory"] / entry["name"]).touch()
+    camera = server.out.parent / "input" / by_type["FastAR_CameraPath"]["widgets_values"][0]
+    camera.mkdir(parents=True, exist_ok=True)
+    script = parse_text("variant lingbot\n0 W\n1 W L\n2 up\n")
+    np.save(camera / "poses.npy", script.to_poses(401).astype(np.float32))
+    np.save(camera / "intrinsics.npy", np.tile(script.intrinsics(), (401, 1)).astype(np.float32))
+    return server
+
+
+def with_harness_prompt(prompt: dict) -> dict:
+    """The prompt with CLIPLoader + CLIP Text Encode swapped for the harness's random [1, 16, 4096] prompt."""
+    by_type = {node["class_type"]: key for key, node in prompt.items()}
+    del prompt[by_type["CLIPLoader"]]
+    prompt[by_type["CLIPTextEncode"]] = {"class_type": "HarnessRandomConditioning",
+                                         "inputs": {"seed": 1, "tokens": 16, "dim": 4096, "scale": 1.0}}
+    return prompt
+
+
+def check_lingbot_run(server, entry, by_type):
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    report = entry["outputs"][by_type["PreviewAny"]]["text"][0]
+    assert "48x32" in report and "lingbot (4 steps" in report, report
+    assert "cache     : window (18 frames attended, sink 6 and the chunk included)" in report, report
+    assert "keys lingbot at 16 fps: 0 s (frame 0): W(forward)" in report, report
+    video = entry["outputs"][by_type["SaveVideo"]]["images"][0]
+    assert (server.out / video["subfolder"] / video["filename"]).stat().st_size > 0
+
+
+def test_lingbot_workflow_runs_from_the_editors_own_prompt(lingbot_models):
+    """The shipped LingBot workflow in the server's own editor, with its files where the docs put them: no missing
+    model or node and every value listed (the muted Camera Path's folder too), LingBot World Start set small there
+    (the sampler's size and length follow through its links), and the prompt the editor's Queue would send runs
+    (its text nodes swapped for the harness's prompt); the report states the cache the docs give."""
+    server = lingbot_models
+    need_harness(server)
+    shown = editor_prompt(server, LINGBOT_WORKFLOW, {"FastAR_LingBotWorldStart": SMALL_LINGBOT})
+    assert not shown["overlays"] and not shown["combo_values_not_listed"] and not shown["unset"], shown
+    prompt = with_harness_prompt(shown["prompt"])
+    by_type = {node["class_type"]: key for key, node in prompt.items()}
+    assert "FastAR_CameraPath" not in by_type, "a muted node is not queued"
+    sampler = prompt[by_type["FastAR_LongVideoSampler"]]["inputs"]
+    for field, slot in (("width", 1), ("height", 2), ("length", 3)):
+        assert sampler[field] == [by_type["FastAR_LingBotWorldStart"], slot], (field, sampler[field])
+    check_lingbot_run(server, run_prompt(server, prompt, timeout=900), by_type)
+
+
+def test_lingbot_workflow_runs_steered_by_a_camera_folder_and_stops_on_cancel(lingbot_models):
+    """The LingBot workflow as the editor would queue it (no browser needed): with the Action Script, then with
+    the Camera Path in its place on the sampler's 'actions'; then a long run cancelled while the sampler runs ends
+    as interrupted there, and the server keeps working."""
+    server = lingbot_models
+    need_harness(server)
+    prompt = with_harness_prompt(ui_to_api(json.loads(LINGBOT_WORKFLOW.read_text()), server.object_info()))
+    by_type = {node["class_type"]: key for key, node in prompt.items()}
+    prompt[by_type["FastAR_LingBotWorldStart"]]["inputs"].update(SMALL_LINGBOT)
+    check_lingbot_run(server, run_prompt(server, prompt, timeout=900), by_type)
+
+    folder = {"class_type": "FastAR_CameraPath", "inputs": {"folder": "cameras/03"}}
+    steered = {**prompt, "cam": folder}
+    steered[by_type["FastAR_LongVideoSampler"]] = json.loads(json.dumps(prompt[by_type["FastAR_LongVideoSampler"]]))
+    steered[by_type["FastAR_LongVideoSampler"]]["inputs"]["actions"] = ["cam", 0]
+    entry = run_prompt(server, steered, timeout=900)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    assert "camera path input/cameras/03 (401 poses)" in entry["outputs"][by_type["PreviewAny"]]["text"][0]
+
+    long_run = {k: json.loads(json.dumps(v)) for k, v in prompt.items()
+                if v["class_type"] not in ("VAEDecode", "CreateVideo", "SaveVideo")}
+    long_run[by_type["FastAR_LingBotWorldStart"]]["inputs"]["length"] = 1601
+
+    def sampler_is_running():
+        return "FAST-AR: sampling 1 video(s) of 401 latent frames" in server.log.read_text()
+
+    entry = run_prompt(server, long_run, interrupt_when=sampler_is_running)
+    interrupted = messages(entry, "execution_interrupted")
+    assert interrupted and interrupted[0]["node_type"] == "FastAR_LongVideoSampler", entry["status"]
+    assert not messages(entry, "execution_error")
+    after = run_prompt(server, prompt, timeout=900)
+    assert after["status"]["status_str"] == "success", "the server keeps working after an interrupt"
+
+
+def test_lingbot_nodes_run_the_engines_rollout_with_comfyuis_progress_bar(in_process):
+    """On each host: the LingBot nodes' video equals the engine's own rollout of the same inputs in ComfyUI's Wan21
+    latent space, bit for bit, and the sampler's progress rises through ComfyUI's own progress hook."""
+    r = figures(in_process, "lingbot_nodes")
+    assert r["info_family"] == "LingBot-World 2.0" and r["latent_format"] == "Wan21" and r["report_has_camera"], r
+    assert r["shape"] == [1, 16, 8, 4, 6] and r["max_abs_diff"] == 0.0, r
+    values, totals = [c[0] for c in r["calls"]], {c[1] for c in r["calls"]}
+    assert len(values) >= 2 and len(totals) == 1 and values == sorted(values) and values[-1] == r["calls"][-1][1]

@@ -119,7 +119,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "
-                        "frame-rate: rounds, least CPU time per chunk (default 5); "
+                        "frame-rate: rounds, least CPU time per chunk (default 5); lingbot-cap: rounds, least "
+                        "relative cost per chunk (default 5; --frames 3000 for the claim); "
                         "world-ceiling: perfect draws per seed (default 20)")
     p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
     p.add_argument("--thresholds", default=None, help="pareto: comma-separated TempCache merge thresholds")

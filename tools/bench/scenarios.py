@@ -140,8 +140,9 @@ LINGBOT_TIMELINE = """variant lingbot
 """
 
 
-def lingbot_camera(frames: int, height: int, width: int):
-    """The bench's camera for ``frames`` latent frames: ``LINGBOT_TIMELINE`` repeated over the video."""
+def lingbot_path(frames: int):
+    """The bench's camera path (a ``CameraPath``) for ``frames`` latent frames: ``LINGBOT_TIMELINE`` repeated over
+    the video, its poses by the key motion model."""
     from ...fastar_core.families.lingbot.camera import check_path
     from ...fastar_core.rollout.action_script import parse_text
 
@@ -151,8 +152,12 @@ def lingbot_camera(frames: int, height: int, width: int):
     lines = [f"{float(e.split()[0]) + LINGBOT_PERIOD * k:g} {' '.join(e.split()[1:])}"
              for k in range(repeats) for e in entries]
     script = parse_text("\n".join([head, *lines]), "the bench's key timeline")
-    path = check_path(script.to_poses(video), script.intrinsics(), "the bench's key timeline")
-    return path.condition(frames, height, width)
+    return check_path(script.to_poses(video), script.intrinsics(), "the bench's key timeline")
+
+
+def lingbot_camera(frames: int, height: int, width: int):
+    """The bench's camera for ``frames`` latent frames at ``height x width`` pixels (``lingbot_path``'s)."""
+    return lingbot_path(frames).condition(frames, height, width)
 
 
 def lingbot_scenario(seed: int = 0, device="cpu", heads: int | None = None, layers: int | None = None,
