@@ -119,7 +119,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "
-                        "frame-rate: rounds, least CPU time per chunk (default 5); "
+                        "frame-rate: rounds, least CPU time per chunk (default 5); lingbot-cap: rounds, least "
+                        "relative cost per chunk (default 5; --frames 3000 for the claim); "
                         "world-ceiling: perfect draws per seed (default 20)")
     p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
     p.add_argument("--thresholds", default=None, help="pareto: comma-separated TempCache merge thresholds")
@@ -174,7 +175,7 @@ def cmd_info(args) -> int:
 
 
 def _info_matrix_game(args) -> int:
-    """A Matrix-Game 2.0 checkpoint: its variant (from the config.json beside it) and the keys it is steered by."""
+    """A Matrix-Game 2.0 checkpoint: its variant (from its sizes) and the keys it is steered by."""
     from ..fastar_core.families.matrix_game.checkpoint import load_matrix_game_checkpoint
     from ..fastar_core.rollout.action_script import VARIANTS
 
@@ -195,7 +196,7 @@ def _info_matrix_game(args) -> int:
         return 0
     a = cfg.action
     print(f"file        {summary['path']}")
-    print(f"family      Matrix-Game 2.0, variant {cfg.variant} (sizes from {summary['config_file']})")
+    print(f"family      Matrix-Game 2.0, variant {cfg.variant} (sizes from {summary['config_from']})")
     print(f"config      dim {cfg.dim}, {cfg.num_heads} heads x {cfg.head_dim}, {cfg.num_layers} layers, ffn "
           f"{cfg.ffn_dim}, in/out {cfg.in_dim}/{cfg.out_dim} ch, CLIP context {cfg.clip_dim}, patch "
           f"{tuple(cfg.patch_size)}")

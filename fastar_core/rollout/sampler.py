@@ -293,7 +293,7 @@ class ARSampler:
             vae = check_vae(vae)
         cond = Conditioning.coerce(prompts)
         self.runner.family.check_rollout(cfg, cond)
-        if cfg.restart.enabled and self.runner.family.name != "wan":
+        if cfg.restart.enabled and not self.runner.family.restartable:
             raise FastARError(f"restart_every is CausVid's long video, for a Wan text-to-video model; this model is "
                               f"{self.runner.family.describe()}, whose own caches a restart would not empty")
         schedule_prompts = cond.prompts
