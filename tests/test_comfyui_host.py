@@ -825,7 +825,9 @@ def test_world_model_start_streams_exactly_what_vae_encode_gives(host):
 def test_world_model_start_memory_does_not_grow_with_the_length(host):
     """World Model Start at 640x352: its peak memory at 961 frames is within 10 % of its peak at 121, each measured in
     a fresh process of the host's python (the two run side by side, one thread each). Control, at 320x176 to keep it
-    short: VAE Encode of the whole start video, what the node did before, grows with the length."""
+    short: VAE Encode of the whole start video, what the node did before, grows with the length (0.2x hosts: about
+    20 minutes on two busy cores, most of it the two 640x352 encodes of the ~30 latent frames before the steady
+    state)."""
     names = {p.name for p in (Path(host.dir) / "models" / "vae").iterdir()}
     if TINY_VAE not in names:
         pytest.skip(f"needs {TINY_VAE}: encoding 640x352 with the full-size VAE takes hours on a CPU")
@@ -848,7 +850,8 @@ def test_world_model_start_memory_does_not_grow_with_the_length(host):
     print(json.dumps({f"{k[0]} frames {k[1]}{' whole' if k[2] else ''}": f"{v / 2**30:.2f} GiB"
                       for k, v in peaks.items()}), file=sys.stderr)
     assert peaks[(961, "640x352", False)] <= 1.10 * peaks[(121, "640x352", False)], peaks
-    assert peaks[(241, "320x176", True)] > 1.5 * peaks[(121, "320x176", True)], "the control: the whole encode grows"
+    # the control fails the same bound: the whole video's pixels and their copy grow with it
+    assert peaks[(241, "320x176", True)] > 1.10 * peaks[(121, "320x176", True)], "the control: the whole encode grows"
 
 
 LINGBOT_WORKFLOW = ROOT / "example_workflows" / "fastar_world_model_lingbot.json"
