@@ -121,8 +121,8 @@ def check_world_weights(weights) -> None:
         raise FastARError(f"no bundled world model at {path}; pass --weights <a fastar train-demo --world steer "
                           ".safetensors>")
     if "world" not in read_demo_metadata(path):
-        raise FastARError(f"--weights {path}: a demo model without a world; a steered-world model is trained with "
-                          "`fastar train-demo --world steer`")
+        raise FastARError(f"--weights {path}: not a steered-world model (a demo model without a world); train one "
+                          "with `fastar train-demo --world steer`")
 
 
 def check_bench(args) -> None:
@@ -172,6 +172,7 @@ def check_bench(args) -> None:
         if args.weights is None and not (WEIGHTS_DIR / WORLD_WEIGHTS_FILE).is_file():
             raise FastARError("--model world: no bundled world model; pass --weights <a fastar train-demo --world "
                               "steer .safetensors>")
+        check_world_weights(args.weights)
     elif args.weights is not None:
         raise FastARError("--weights is for --model world")
     check_folder("--out", args.out)

@@ -142,10 +142,22 @@ def removed_if_failed(folder):
 
 @contextmanager
 def locked_folder(out: Path):
-    """The folder's switch lock: held while a run's files are switched, and by readers that must not see it."""
-    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    """The folder's switch lock: held while a run's files are switched, and by readers that must not see it.
+    A new folder is exchanged in whole (``_switch_whole_folder``): a lock taken on the folder it replaced is let
+    go and taken again on the one the name now holds."""
+    while True:
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held, now = os.fstat(fd), os.stat(out)
+        except BaseException:
+            os.close(fd)
+            raise
+        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+            break
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -319,6 +331,18 @@ def _switch_whole_folder(out: Path, state: Path, run_id: str, faults: _Faults) -
         shadow.mkdir()
     except OSError:
         return False
+    # The new folder is locked before it takes the name, so a writer or reader that opens the name once it is
+    # switched waits until this one is done.
+    lock = os.open(shadow, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        return _build_and_exchange(out, state, shadow, run_id, faults)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+
+
+def _build_and_exchange(out: Path, state: Path, shadow: Path, run_id: str, faults: _Faults) -> bool:
     try:
         (shadow / STATE_DIR).mkdir()
         (shadow / STATE_DIR / run_id).mkdir()
@@ -343,7 +367,7 @@ def _switch_whole_folder(out: Path, state: Path, run_id: str, faults: _Faults) -
     for entry in os.listdir(shadow):  # a file a user dropped into the folder meanwhile goes back into it
         if entry != STATE_DIR and not os.path.lexists(out / entry):
             os.replace(shadow / entry, out / entry)
-    shutil.rmtree(shadow, ignore_errors=True)
+    shutil.rmtree(shadow, ignore_errors=True)  # the folder it replaced: bookkeeping only
     faults.step()
     return True
 

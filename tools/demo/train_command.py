@@ -177,11 +177,14 @@ def main(argv=None) -> int:
         else:
             write_report(Path(args.out), notes=notes)
         return 0
-    train_demo(args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
-               resume=not args.fresh, checkpoint_minutes=args.checkpoint_minutes, report=not args.no_report,
-               batch=args.batch, init_from=args.init_from, world=args.world,
-               recipe_overrides=None if args.new_region_weight is None
-               else {"new_region_loss_weight": args.new_region_weight})
+    from ..outputs import removed_if_failed
+
+    with removed_if_failed(args.out):  # a run stopped before its first save leaves no empty folder
+        train_demo(args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
+                   resume=not args.fresh, checkpoint_minutes=args.checkpoint_minutes, report=not args.no_report,
+                   batch=args.batch, init_from=args.init_from, world=args.world,
+                   recipe_overrides=None if args.new_region_weight is None
+                   else {"new_region_loss_weight": args.new_region_weight})
     return 0
 
 

@@ -39,9 +39,9 @@ from ...fastar_core.files.metadata_fields import (
 )
 from .actions import REFERENCE_INPUT
 from .actions import STATE_PREFIX as ACTION_PREFIX
+from .settings import WORLD_KIND
 from .steer_world import MAP_SIZE, STEP, VIEW_SIZE
 from .text import PAD, STATE_PREFIX, UNK
-from .world_train import WORLD_KIND
 
 METADATA_KEY = "demo"
 MAX_STEPS = 100  # denoising steps per chunk: Wan's samplers take at most 50; each is one forward per chunk
@@ -97,7 +97,8 @@ DEMO_FIELDS = (
     Field("world.step_pixels", whole(STEP, STEP), "pixels per move", required=False),
     Field("world.view_size", whole(VIEW_SIZE, VIEW_SIZE), "pixels per side of a view", required=False),
     Field("world.prompt", text(1000)),
-    Field("world.inputs", one_of(REFERENCE_INPUT), "what the model reads beside its frame", required=False),
+    Field("world.inputs", one_of(REFERENCE_INPUT), "what the model reads beside its frame; left out: keys only",
+          required=False),
 )
 
 # A trainer's ``train_state.pt`` (``--init-from``, a resumed run): the entries besides the state dicts.
