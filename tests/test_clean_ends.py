@@ -22,15 +22,17 @@ from fuzz_world import tiny_world_file
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERRUPTED = "fastar: error: interrupted"
-# The checkout as the package ``comfyui_fastar``, then the command line as its own program: nothing heavy is
-# imported before main() starts. "started" on stdout says the interpreter runs this script: a Ctrl-C while
-# the interpreter itself starts up is Python's to report, not the command's.
-PROGRAM = ("import importlib.util, sys; sys.stdout and (sys.stdout.write('started\\n'), sys.stdout.flush()); "
-           "root = sys.argv.pop(1); "
+# The checkout as the package ``comfyui_fastar``, then the command line as its own program. Importing the
+# command line takes a few milliseconds and nothing heavy (torch and the engine load inside main()); "started"
+# on stdout says main() is being called. A Ctrl-C before that, while the interpreter itself starts, is Python's
+# to report.
+PROGRAM = ("import importlib.util, sys; root = sys.argv.pop(1); "
            "spec = importlib.util.spec_from_file_location('comfyui_fastar', root + '/__init__.py', "
            "submodule_search_locations=[root]); m = importlib.util.module_from_spec(spec); "
            "sys.modules['comfyui_fastar'] = m; spec.loader.exec_module(m); "
-           "from comfyui_fastar.tools.cli import main; sys.argv[0] = 'fastar'; sys.exit(main())")
+           "from comfyui_fastar.tools.cli import main; sys.argv[0] = 'fastar'; "
+           "assert 'torch' not in sys.modules, 'the command line imported torch before main()'; "
+           "sys.stdout and (sys.stdout.write('started\\n'), sys.stdout.flush()); sys.exit(main())")
 
 
 def program(*argv, close=(), **kw) -> subprocess.Popen:
