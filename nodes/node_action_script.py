@@ -4,7 +4,7 @@ of ``fastar_core/rollout/camera_motion.py``)."""
 
 from __future__ import annotations
 
-from ..fastar_core.rollout.action_script import DEFAULT_FPS, MAX_FPS, VARIANTS, parse_text
+from ..fastar_core.rollout.action_script import DEFAULT_FPS, MAX_FPS, VARIANTS, parse_with_choices
 from .constants import ACTIONS, CATEGORY
 from .inputs import combo, float_input, string_input
 
@@ -27,8 +27,10 @@ SCRIPT_TOOLTIP = ("One line per change: the time in seconds, the keys held from 
 KEY_VARIANTS = list(VARIANTS)
 
 
-def script_from_widgets(variant: str, fps: float, script: str):
-    return parse_text(script, "Action Script", variant=variant, fps=float(fps))
+def script_from_widgets(variant, fps, script):
+    """The script as the node's inputs give it; each input is checked by type there (a linked input can carry
+    anything: a list where the variant's name goes, text where fps goes)."""
+    return parse_with_choices(script, variant, fps, "Action Script")
 
 
 class ActionScriptNode:

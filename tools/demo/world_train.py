@@ -29,13 +29,19 @@ from .actions import (
     reference_frames,
 )
 from .data import clip_seed, step_generator
-from .settings import FRAME_HW, ROPE_MAX_DISTANCE, WORLD_FRAMES_PER_BLOCK, WORLD_MODEL_CONFIG, WORLD_SAMPLER
+from .settings import (
+    FRAME_HW,
+    ROPE_MAX_DISTANCE,
+    WORLD_FRAMES_PER_BLOCK,
+    WORLD_KIND,
+    WORLD_MODEL_CONFIG,
+    WORLD_SAMPLER,
+)
 from .steer_world import MAP_SIZE, STEP, VIEW_SIZE, make_map, random_actions, render_track, track_from_actions
 from .teacher_forcing import TeacherForcingForward
 from .train import Trainer, TrainRecipe
 
 WORLD_PROMPT = "a calm and quiet textured background"
-WORLD_KIND = "steer"
 
 
 @dataclass
