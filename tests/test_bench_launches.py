@@ -45,8 +45,7 @@ def test_a_steady_chunk_of_every_mode_reads_the_device_once_and_makes_no_shape_f
     scenario = tiny_scenario()
     counted = {}
     for name, (spec, fastar) in tiny_modes().items():
-        if spec.policy == "recompute":
-            continue  # rebuilt before every chunk: its clean passes are counted with the chunk (below)
+        # (recompute's rebuild, the clean passes before each chunk, is counted with that chunk)
         steady = launches.steady_chunk(launches.count_rollout(scenario, spec, fastar, frames=24))
         counted[name] = steady
         assert steady.syncs_by_kind() == {"tolist": 1}, (name, steady.sync_sites())  # the report, one transfer
