@@ -63,7 +63,7 @@ class ChunkConcat:
     per pass, that the host does not wait for (``send_to_device``); and a captured pass reads the kept tensor
     rather than capturing a copy from the host."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.key: tuple | None = None
         self.value: torch.Tensor | None = None
 
