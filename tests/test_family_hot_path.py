@@ -44,11 +44,11 @@ class World:
         self.family = family
         if family == "lingbot":
             self.model = random_lingbot(lb.TINY, seed=2)
-            self.frames = 28  # chunks of 4: the window (14 cached frames) is full from chunk 5 on
+            self.frames = 24  # chunks of 4: the window (14 cached frames) is full from chunk 4 (frame 16) on
             self.modes = {"window": (default_cache(self.model.config), OFF), **fastar_modes(6, 14)}
         else:
             self.model = mg.tiny_runner().model
-            self.frames = 21  # chunks of 3 against a 6-frame window and a 6-frame TempCache
+            self.frames = 18  # chunks of 3 against a 6-frame window and a 6-frame TempCache: full from frame 6
             self.modes = {"window": (mg.window_spec("universal"), OFF), **fastar_modes(0, 6)}
 
     def conditioning(self) -> Conditioning:
@@ -123,7 +123,7 @@ def test_a_step_and_a_clean_pass_of_every_world_model_mode_compile_whole_and_kee
     for mode in ("window", "all"):  # the family's own cache, and every FAST-AR piece at once
         eager = world.rollout(mode).latent
         runner = CausalRunner(world.model)
-        made = compile_one_chunk(runner, chunk=3)
+        made = compile_one_chunk(runner, chunk=4)  # every cache full; the next chunk reads its commit
         compiled = world.rollout(mode, runner=runner).latent
         assert made == [1, 1], (mode, made)  # the denoising pass and the clean pass, one graph each
         torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
