@@ -15,7 +15,7 @@ import torch
 from ..kernels import attention as kernel_attention
 from ..kernels import register_host_backend
 from .caches.base import CacheView
-from .rope import apply_rope, rope_cos_sin, rotate
+from .rope import apply_rope, rope_cos_sin
 
 
 def register_host_attention(name: str, fn, *, tolerance: float | None = None) -> None:
@@ -97,6 +97,9 @@ class DenseAttention:
         self.verify_kernels = verify_kernels  # False: no first-use kernel checks during its rollouts (the sampler)
         self._current_tables: tuple = (None, None, None)  # (positions tensor, absolute?, cos/sin) of the pass
         self._rotated_cache: dict = {}  # layer -> (key, rotated cache keys), CPU only
+        # cos/sin tables of positions ``[..., L, 3]`` for a head dim: Wan's RoPE. A model whose rotary frequencies
+        # differ sets its own here (the demo's steered world: whole cycles per map, time dropped).
+        self.rope_tables = rope_cos_sin
 
     def begin_rollout(self, num_layers: int) -> None:
         """Called once before a rollout; stateful variants reset here."""
@@ -106,8 +109,9 @@ class DenseAttention:
     @property
     def wants_rotated_keys(self) -> bool:
         """Whether caches may hand over keys rotated at absolute positions: not when distances are clamped to
-        each query (``rope_max_distance``), which rotates every key relative to the pass."""
-        return self.rope_max_distance is None
+        each query (``rope_max_distance``), which rotates every key relative to the pass, nor for a model with rotary
+        tables of its own (the caches rotate by Wan's)."""
+        return self.rope_max_distance is None and self.rope_tables is rope_cos_sin
 
     def chunk_stats(self) -> dict:
         """Figures reported with every finished chunk (FAST-AR: density, recall, prompt tokens kept)."""
@@ -130,7 +134,7 @@ class DenseAttention:
         absolute = view is not None and view.rotated  # the cache's keys are rotated at absolute positions
         if self._current_tables[0] is not positions or self._current_tables[1] != absolute:
             cur = positions[None] if absolute else relative_positions(positions, info.frame_start, None)[None]
-            self._current_tables = (positions, absolute, rope_cos_sin(cur, q.shape[-1]))
+            self._current_tables = (positions, absolute, self.rope_tables(cur, q.shape[-1]))
         cos, sin = self._current_tables[2]
         q_rot, k_rot = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if view is None:
@@ -143,7 +147,7 @@ class DenseAttention:
         if memo is not None and memo[0] == key:
             return q_rot, k_rot, memo[1]
         cache_pos = relative_positions(view.positions, info.frame_start, min_t)
-        cache_k = rotate(view.k.to(k.dtype), cache_pos)
+        cache_k = apply_rope(view.k.to(k.dtype), *self.rope_tables(cache_pos, q.shape[-1]))
         if view.k.device.type == "cpu":
             self._rotated_cache[layer] = (key, cache_k)
         return q_rot, k_rot, cache_k

@@ -137,11 +137,12 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
 
     from comfyui_fastar.tools.demo.world_report import write_world_report
 
-    result = write_world_report(out, seeds=(1,), frames=9, log=lambda m: None)
-    assert result == {"passes": {"dense-global": 0, "fastar": 0}, "seeds": 1}
+    result = write_world_report(out, seeds=(1,), frames=9, log=lambda m: None, band_draws=5)
+    assert result == {"passes": {"dense-global": 0, "fastar": 0, "tempcache": 0}, "seeds": 1}
     card = (out / "WORLD_MODEL_CARD.md").read_text()
-    assert "0 of 1 seeds pass with dense-global, 0 of 1 with FAST-AR" in card and "| fastar | 1 | FAIL |" in card
-    assert "UNIPC with 6 steps" in card
+    assert "0 of 1 seeds pass with dense-global, 0 of 1 with FAST-AR, 0 of 1 with TempCache alone" in card
+    assert "| fastar | 1 | FAIL |" in card and "| dense-window | 1 | reported |" in card
+    assert "UNIPC with 6 steps" in card and "Positions on the map" in card
     assert (out / "world_frames.png").stat().st_size > 0 and (out / "world_eval.json").is_file()
 
     import json
@@ -149,13 +150,16 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
     from comfyui_fastar.tools.cli import main as fastar_main
 
     demo_out = tmp_path / "demo"
-    args = ["demo", "--world", "steer", "--weights", str(out / "demo_model.safetensors"), "--frames", "6"]
+    args = ["demo", "--weights", str(out / "demo_model.safetensors"), "--frames", "6"]
     assert fastar_main([*args, "--out", str(demo_out)]) == 0
     stats = json.loads((demo_out / "stats.json").read_text())
-    assert set(stats["modes"]) == {"dense", "fastar"} and stats["speedup"]["cpu_total"] > 0
-    assert stats["modes"]["fastar"]["evaluation"]["frames"] == 6
+    assert set(stats["modes"]) == {"dense-global", "dense-window", "tempcache"}
+    tempcache = stats["modes"]["tempcache"]
+    assert tempcache["evaluation"]["frames"] == 6 and stats["modes"]["dense-global"]["speedup_cpu"] == 1
+    assert "groups are places" in tempcache["cache"]
     assert (demo_out / "world.gif").stat().st_size > 0 and (demo_out / "world.png").stat().st_size > 0
-    assert fastar_main(["demo", "--weights", str(out / "demo_model.safetensors"), "--out", str(demo_out)]) != 0
+    assert fastar_main(["demo", "--world", "sprites", "--weights", str(out / "demo_model.safetensors"),
+                        "--out", str(demo_out)]) != 0
 
     # The revisit figures of `fastar bench pareto --model world`: every point scores the returning views.
     pareto_out = tmp_path / "pareto"

@@ -1,7 +1,8 @@
 """The ``fastar`` command line (also ``python -m comfyui_fastar``).
 
 Subcommands: ``info`` (what a checkpoint is), ``generate`` (a long latent video from a checkpoint),
-``demo`` (the bundled model, FAST-AR against dense), ``play`` (steer the world model live in a browser),
+``demo`` (the steered world model: dense-global, the window and TempCache; ``--world sprites``: the sprite model,
+FAST-AR against dense), ``play`` (steer the world model live in a browser),
 ``bench`` (figures as JSON and plots), ``calibrate``
 (per-layer AnnSA recall), ``train-demo`` (re-train the bundled model), ``gpu-check`` (on a GPU machine: backend
 correctness and the GPU benches within a deadline).
@@ -72,14 +73,15 @@ def build_parser() -> OneLineParser:
     _add_weights_entry(p)
     _add_generate(sub)
 
-    p = sub.add_parser("demo", help="generate with the bundled demo model, FAST-AR against dense")
-    p.add_argument("--out", default="fastar-demo", help="output folder (GIFs, stats.json, demo.png)")
-    p.add_argument("--frames", type=int, default=None, help="latent frames to generate after the rendered start "
+    p = sub.add_parser("demo", help="the steered world model: dense-global, the window and TempCache at the same "
+                                    "memory along a path that comes back (--world sprites: the sprite demo)")
+    p.add_argument("--out", default=None, help="output folder (default fastar-demo/world, or fastar-demo/sprites)")
+    p.add_argument("--frames", type=int, default=None, help="latent frames to generate after the given start "
                                                             "(default 240; at most 2400)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
-    p.add_argument("--world", default="sprites", choices=["sprites", "steer"],
-                   help="sprites: the bundled text-to-video demo; steer: the keyboard-steered world model along "
-                        "an out-around-and-back path")
+    p.add_argument("--world", default="steer", choices=["steer", "sprites"],
+                   help="steer: the keyboard-steered world model along an out-around-and-back path (the default); "
+                        "sprites: the bundled text-to-video sprite demo, FAST-AR against dense")
     p.add_argument("--weights", default=None, help="--world steer: a steered-world .safetensors (default: the "
                                                     "bundled world model)")
     p.add_argument("--map-seed", type=int, default=1, help="--world steer: which map")
@@ -95,7 +97,8 @@ def build_parser() -> OneLineParser:
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
-                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling"],
+                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling",
+                                   "world-memory"],
                    help="which benchmark (kernels and gpu-rollout need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
@@ -104,8 +107,8 @@ def build_parser() -> OneLineParser:
                    help="rollout model: the demo, random weights at Wan2.1-1.3B shapes, or at Wan2.2-TI2V-5B shapes "
                         "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only), or the "
                         "steered world model on a revisiting path (pareto only)")
-    p.add_argument("--weights", default=None, help="--model world: a steered-world .safetensors (default: the "
-                                                    "bundled world model)")
+    p.add_argument("--weights", default=None, help="--model world and world-memory: a steered-world .safetensors "
+                                                    "(default: the bundled world model)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
@@ -250,6 +253,7 @@ def _dispatch(argv: list) -> int:
 
         return run_generate(args)
     if args.command == "demo":
+        args.out = args.out or f"fastar-demo/{'world' if args.world == 'steer' else 'sprites'}"
         command_checks.check_demo(args)
         if args.world == "steer":
             from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE

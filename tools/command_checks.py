@@ -144,9 +144,10 @@ def check_bench(args) -> None:
         unknown = [n for n in args.variants.split(",") if n not in VARIANTS]
         if unknown:
             raise FastARError(f"--variants: unknown variants {unknown}; valid: {', '.join(VARIANTS)}")
-    if args.model == "world":
-        if args.what != "pareto":
-            raise FastARError(f"--model world is for `fastar bench pareto` (its revisit figures), not {args.what}")
+    if args.model == "world" or args.what == "world-memory":
+        if args.what not in ("pareto", "world-memory"):
+            raise FastARError(f"--model world is for `fastar bench pareto` (its revisit figures) and world-memory, "
+                              f"not {args.what}")
         check_input_file("--weights", args.weights)
         from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 
@@ -154,7 +155,7 @@ def check_bench(args) -> None:
             raise FastARError("--model world: no bundled world model; pass --weights <a fastar train-demo --world "
                               "steer .safetensors>")
     elif args.weights is not None:
-        raise FastARError("--weights is for --model world")
+        raise FastARError("--weights is for --model world and bench world-memory")
     check_folder("--out", args.out)
 
 

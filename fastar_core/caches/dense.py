@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..rope import grid_positions, rotate
+from ..rope import rotate
 from .base import CacheShape, CacheView, KVCache, check_fits, element_size
 from .quant import KV_QUANTS, dequantize_int8, quantize_int8
 
@@ -77,7 +77,7 @@ class DenseKVCache(KVCache):
         self.slot_frame = [[-1] * capacity_frames for _ in range(num_layers)]
         self.high_water = [0] * num_layers
         self.evicted_frames = 0
-        self._pending: tuple[int, int] | None = None
+        self._pending: tuple[int, int, torch.Tensor] | None = None
         self.pinned: frozenset = frozenset()  # frames never evicted besides the sink (a multi-shot sink)
 
     def _token_index(self, slots) -> torch.Tensor:
@@ -100,8 +100,8 @@ class DenseKVCache(KVCache):
         slots[slot] = -1
         return slot
 
-    def prepare_commit(self, frame_start: int, num_frames: int) -> None:
-        self._pending = (frame_start, num_frames)
+    def prepare_commit(self, frame_start: int, num_frames: int, positions=None) -> None:
+        self._pending = (frame_start, num_frames, self.pass_positions(frame_start, num_frames, positions))
 
     def pin(self, frames) -> None:
         """Protect these frames from eviction from now on, in place of those pinned before."""
@@ -109,11 +109,10 @@ class DenseKVCache(KVCache):
 
     def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         assert self._pending is not None, "commit outside a clean pass (prepare_commit first)"
-        frame_start, num_frames = self._pending
+        frame_start, num_frames, positions = self._pending
         frames = range(frame_start, frame_start + num_frames)
         room = self.capacity_frames - sum(1 for f in self.slot_frame[layer] if 0 <= f < self.sink_frames
                                           and f not in frames)
-        positions = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], device=self.device)
         kept = list(frames)
         if num_frames > room:
             # More frames than the cache holds (a recache re-encodes a whole window in one pass): the sink frames
@@ -327,13 +326,13 @@ class GlobalCache(DenseKVCache):
     def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
         return committed
 
-    def prepare_commit(self, frame_start: int, num_frames: int) -> None:
+    def prepare_commit(self, frame_start: int, num_frames: int, positions=None) -> None:
         if frame_start + num_frames > self.capacity_frames:
             raise FastARError(
                 f"the global cache was sized for {self.capacity_frames} frames; frame {frame_start + num_frames - 1} "
                 "does not fit"
             )
-        super().prepare_commit(frame_start, num_frames)
+        super().prepare_commit(frame_start, num_frames, positions)
 
 
 class RollingCache(DenseKVCache):

@@ -43,7 +43,8 @@ def exact_top1(a: torch.Tensor, b: torch.Tensor, b_valid: torch.Tensor | None = 
                min_score: float | None = None):
     """Cosine top-1 of each row of ``a [B,H,N,D]`` among rows of ``b [B,H,M,D]``.
 
-    ``b_valid [B,H,M]`` bool excludes entries (empty slots, sink). Returns (index [B,H,N] int64, cosine [B,H,N]
+    ``b_valid [B,H,M]`` bool excludes entries (empty slots, sink), or ``[B,H,N,M]`` per row (TempCache's
+    ``same_place``: only the groups at the row's own place). Returns (index [B,H,N] int64, cosine [B,H,N]
     float32; -inf where nothing is allowed). With ``min_score``, rows whose best cosine is below it get index 0:
     callers that only use matches above a bar save the index search there (on a CPU a max with indices costs
     many times a max of values).
@@ -59,11 +60,13 @@ def exact_top1(a: torch.Tensor, b: torch.Tensor, b_valid: torch.Tensor | None = 
     # Excluded entries as a -inf column bias that the matmul adds in place (no second pass over the scores).
     col_bias = None
     if b_valid is not None:
-        col_bias = torch.zeros(B * H, 1, M, device=a.device).masked_fill_(~b_valid.reshape(B * H, 1, M),
-                                                                           float("-inf"))
+        per_row = b_valid.dim() == 4
+        col_bias = torch.zeros(B * H, N if per_row else 1, M, device=a.device).masked_fill_(
+            ~b_valid.reshape(B * H, N if per_row else 1, M), float("-inf"))
     for start in range(0, N, chunk):
         rows = an[:, start:start + chunk]
-        sim = (torch.bmm(rows, bn_t) if col_bias is None else torch.baddbmm(col_bias, rows, bn_t)).view(B, H, -1, M)
+        bias = None if col_bias is None else col_bias[:, start:start + chunk] if col_bias.shape[1] > 1 else col_bias
+        sim = (torch.bmm(rows, bn_t) if bias is None else torch.baddbmm(bias, rows, bn_t)).view(B, H, -1, M)
         if min_score is None:
             val, arg = sim.max(dim=-1)
         else:

@@ -101,7 +101,15 @@ class DemoModel:
             raise FastARError("this demo model is not a steered-world model (its file has no action encoder)")
         moved = self.metadata["world"].get("inputs") == REFERENCE_INPUT
         return ActionRunner(self.model, self.action_encoder, tracks, attention=attention or self.attention(),
-                            moved_reference=moved)
+                            moved_reference=moved, map_positions=self.places_on_map)
+
+    @property
+    def places_on_map(self) -> bool:
+        """A steered-world model whose rotary positions are places on its map (``map_rope.py``): TempCache's groups
+        are then places (``same_place``)."""
+        from .map_rope import POSITIONS
+
+        return self.is_world and self.metadata["world"].get("positions") == POSITIONS
 
     def world_prompt(self) -> torch.Tensor:
         return self.encode_prompt(self.metadata["world"]["prompt"])
@@ -151,6 +159,7 @@ def schedule_from_metadata(meta: dict) -> DenoisingSchedule:
 
 def _load_action_encoder(path, meta: dict, dim: int, in_dim: int, device):
     from .actions import REFERENCE_INPUT, STATE_PREFIX, ActionEncoder
+    from .map_rope import POSITIONS
     from .steer_world import STEP
 
     world = meta["world"]
@@ -158,6 +167,10 @@ def _load_action_encoder(path, meta: dict, dim: int, in_dim: int, device):
     if inputs not in (None, REFERENCE_INPUT):
         raise FastARError(f"{path}: its world inputs {inputs!r} are unknown; this version reads world files without "
                           f"inputs (keys only) or with {REFERENCE_INPUT!r}")
+    positions = world.get("positions")
+    if positions not in (None, POSITIONS) or (positions and inputs != REFERENCE_INPUT):
+        raise FastARError(f"{path}: its world positions {positions!r} are unknown; this version reads world files "
+                          f"without positions (on the screen) or with {POSITIONS!r} (with inputs {REFERENCE_INPUT!r})")
     # Files before the moved reference frame read the noisy frame alone; the newer ones that and 2 * C + 1 more.
     want = meta["channels"] * (2 if inputs else 1) + (1 if inputs else 0)
     if in_dim != want:
