@@ -172,9 +172,9 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
     assert fastar_main(["bench", "rollout", "--model", "world", "--out", str(pareto_out)]) != 0
 
 
-def _rewritten(tmp_path, name, keep_channels=None, inputs="keep"):
+def _rewritten(tmp_path, name, keep_channels=None, inputs="keep", positions="keep"):
     """The bundled world file with its patch embedding cut to ``keep_channels`` inputs and/or its world
-    metadata's ``inputs`` entry dropped or changed."""
+    metadata's ``inputs`` (or ``positions``) entry dropped or changed."""
     import json
 
     from safetensors import safe_open
@@ -194,8 +194,11 @@ def _rewritten(tmp_path, name, keep_channels=None, inputs="keep"):
     demo = json.loads(metadata["demo"])
     if inputs is None:
         demo["world"].pop("inputs")
+        demo["world"].pop("positions", None)  # map positions come with the moved reference frame
     elif inputs != "keep":
         demo["world"]["inputs"] = inputs
+    if positions != "keep":
+        demo["world"]["positions"] = positions
     metadata["demo"] = json.dumps(demo)
     path = tmp_path / name
     save_file(tensors, str(path), metadata=metadata)
@@ -216,6 +219,11 @@ def test_a_keys_only_world_file_still_runs_and_a_mismatched_one_is_refused(tmp_p
         load_demo_model(_rewritten(tmp_path, "no_inputs.safetensors", inputs=None))
     with pytest.raises(FastARError, match="world inputs 'optical-flow' are unknown"):
         load_demo_model(_rewritten(tmp_path, "unknown.safetensors", inputs="optical-flow"))
+    with pytest.raises(FastARError, match="world positions 'sphere' are unknown"):
+        load_demo_model(_rewritten(tmp_path, "sphere.safetensors", positions="sphere"))
+    screen = load_demo_model(_rewritten(tmp_path, "screen.safetensors", positions=None))
+    assert not screen.places_on_map and screen.world_runner([track]).map_rope is None
+    assert load_demo_model(WEIGHTS_DIR / WORLD_WEIGHTS_FILE).places_on_map
 
 
 def test_the_loss_weighs_the_strip_a_move_brings_in():

@@ -84,7 +84,7 @@ def training_path(rng: np.random.Generator, frames: int, patches: int) -> ClipPa
         return ClipPath(track_from_actions(loop_actions(rng, frames - 1), start, patches), kind)
     # A long return: a few frames of a random run, then (30-150 frames later, not shown) the camera 4-9 patches
     # away along one axis, heading back over the remembered place and wandering on.
-    memory = int(rng.integers(3, 7))
+    memory = min(int(rng.integers(3, 7)), frames // 2)  # short clips (tests) keep half their frames for the return
     early = track_from_actions(random_actions(rng, memory - 1), start, patches)
     axis, sign, reach = int(rng.integers(2)), (1 if rng.random() < 0.5 else -1), int(rng.integers(4, 10))
     away = [0, 0]
