@@ -1,4 +1,4 @@
-"""ComfyUI-FastAR: long autoregressive Wan2.1 video with a bounded KV cache (FAST-AR).
+"""ComfyUI-FastAR: long videos and steerable worlds from autoregressive Wan models, with a bounded KV cache.
 
 ComfyUI imports this folder as a custom node pack and reads ``NODE_CLASS_MAPPINGS``. Standalone tools (the
 ``fastar`` command line, tests, benchmarks) import the same folder as the package ``comfyui_fastar``. Nothing

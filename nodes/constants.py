@@ -1,14 +1,13 @@
 """Names shared by the nodes, the workflows and the tests (changing one breaks saved workflows)."""
 
-from ..fastar_core import video_geometry
-
 # The engine's defaults for the sampler inputs (re-exported), so the nodes and the engine never disagree.
 from ..fastar_core.caches.spec import SINK_FRAMES as SINK_FRAMES
 from ..fastar_core.caches.spec import WINDOW_FRAMES as WINDOW_FRAMES
-from ..fastar_core.engine import CACHE_CHOICES
 from ..fastar_core.fastar.config import BACKENDS, PRESET_NAMES
-from ..fastar_core.sampler import FRAMES_PER_BLOCK as FRAMES_PER_BLOCK
-from ..fastar_core.sampler import MODE_CHOICES
+from ..fastar_core.rollout import video_geometry
+from ..fastar_core.rollout.engine import CACHE_CHOICES
+from ..fastar_core.rollout.sampler import FRAMES_PER_BLOCK as FRAMES_PER_BLOCK
+from ..fastar_core.rollout.sampler import MODE_CHOICES
 
 CATEGORY = "FAST-AR"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..fastar_core.errors import FastARError, GenerationCancelled
-from ..fastar_core.wan_config import WAN22_LATENT_CHANNELS
+from ..fastar_core.model.wan_config import WAN22_LATENT_CHANNELS
 from .constants import CORE_AR_CONFIG_KEY, CORE_START_LATENT_KEY
 from .standalone import StandaloneHost
 from .upstream import LOADER_SHIFT_ATTR
@@ -57,7 +57,7 @@ COMFY_ATTENTION_TOLERANCE = 0.1
 def register_comfy_attention() -> None:
     """Dense attention without bias through ComfyUI's `optimized_attention`, as kernels backend "comfy", so the
     attention flags users start ComfyUI with (--use-sage-attention, --use-flash-attention, ...) apply to it."""
-    from ..fastar_core.attention import register_host_attention
+    from ..fastar_core.forward.attention import register_host_attention
 
     register_host_attention("comfy", comfy_attention, tolerance=COMFY_ATTENTION_TOLERANCE)
 

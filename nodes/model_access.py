@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..fastar_core.engine import EngineSettings, resolve_settings
 from ..fastar_core.errors import FastARError
-from ..fastar_core.matrix_game.config import MatrixGameConfig
-from ..fastar_core.runner import CausalRunner
-from ..fastar_core.video_geometry import VAE_STRIDES
+from ..fastar_core.forward.family import ModelFamily, family_for
+from ..fastar_core.forward.runner import CausalRunner
+from ..fastar_core.rollout.engine import EngineSettings, resolve_settings
+from ..fastar_core.rollout.video_geometry import VAE_STRIDES
 from .constants import FASTAR_OPTIONS_KEY, TORCH_COMPILE_KWARGS_KEY
 
 
@@ -58,6 +58,7 @@ class FastARChoice:
 class ARModel:
     patcher: object
     diffusion_model: torch.nn.Module
+    family: ModelFamily  # what the runner and the sampler inputs are, for this module tree
     latent_format: object
     dtype: torch.dtype  # the dtype activations run in
     device: torch.device
@@ -69,13 +70,9 @@ class ARModel:
         return len(self.diffusion_model.blocks)
 
     @property
-    def world(self) -> MatrixGameConfig | None:
-        return world_config_of(self.diffusion_model)
-
-    @property
     def latent_channels(self) -> int:
-        """16 for Wan2.1 T2V, 48 for Wan2.2 TI2V-5B (checked by ``check_wan_t2v``)."""
-        return latent_channels_of(self.diffusion_model)
+        """16 for Wan2.1 T2V and Matrix-Game 2.0, 48 for Wan2.2 TI2V-5B (checked by the family)."""
+        return self.family.latent_channels(self.diffusion_model)
 
     @property
     def vae_stride(self) -> int:
@@ -86,7 +83,7 @@ class ARModel:
         # With partial loading some weights stay offloaded (ComfyUI casts them per call), so the device of the
         # first weight is not where activations belong: use the patcher's load device.
         return CausalRunner(self.diffusion_model, dtype=self.dtype, device=self.device,
-                            compile_kwargs=self.compile_kwargs)
+                            compile_kwargs=self.compile_kwargs, family=self.family)
 
 
 def diffusion_model_of(patcher):
@@ -95,32 +92,6 @@ def diffusion_model_of(patcher):
     getter = getattr(patcher, "get_model_object", None)
     dm = getter("diffusion_model") if getter is not None else patcher.model.diffusion_model
     return getattr(dm, "_orig_mod", dm)
-
-
-def latent_channels_of(dm) -> int:
-    """Channels of the latents the model denoises: its input's, except for a Matrix-Game 2.0 model, whose input also
-    carries a mask and the start image's latent (36 = 16 + 4 + 16)."""
-    world = world_config_of(dm)
-    return world.out_dim if world is not None else int(dm.patch_embedding.weight.shape[1])
-
-
-def check_wan_t2v(dm) -> None:
-    missing = [name for name in ("patch_embedding", "text_embedding", "time_embedding", "time_projection", "blocks",
-                                 "head") if not hasattr(dm, name)]
-    if missing:
-        raise FastARError(f"the MODEL is not a Wan2.1 diffusion model ({type(dm).__name__} has no "
-                          f"{', '.join(missing)}); load a Wan2.1 T2V model of the Self-Forcing family")
-    weight = getattr(dm.patch_embedding, "weight", None)
-    if len(dm.blocks) == 0 or weight is None or weight.ndim != 5:
-        raise FastARError(f"the MODEL is not a Wan2.1 diffusion model ({type(dm).__name__} has no layers or no 3-D "
-                          "patch embedding); load a Wan2.1 T2V model of the Self-Forcing family")
-    if getattr(dm, "img_emb", None) is not None or hasattr(dm.blocks[0].cross_attn, "k_img"):
-        raise FastARError("the MODEL is a Wan2.1 image-to-video (I2V) model; the AR models are text-to-video. "
-                          "For a start image use the 'AR Image to Video' node with the T2V model")
-    in_dim = latent_channels_of(dm)
-    if in_dim not in VAE_STRIDES:
-        raise FastARError(f"the MODEL takes {in_dim} latent channels; the AR models take 16 (Wan2.1 T2V) or 48 "
-                          "(Wan2.2 TI2V-5B, LongLive 2.0)")
 
 
 def compute_dtype(patcher) -> torch.dtype:
@@ -154,34 +125,27 @@ def compile_kwargs_of(patcher) -> dict | None:
     return dict(stored)
 
 
-def world_config_of(dm) -> MatrixGameConfig | None:
-    """A Matrix-Game 2.0 module tree's config (the pack's loader builds it), or None for a Wan2.1 model."""
-    config = getattr(dm, "config", None)
-    return config if isinstance(config, MatrixGameConfig) else None
-
-
-def check_model_input(patcher) -> None:
-    """The MODEL input is a Wan2.1 T2V, a Wan2.2 TI2V-5B or a Matrix-Game 2.0 model: checked before it is loaded to
-    the device, so a wrong model costs no transfer (and no out-of-memory) before its message."""
+def check_model_input(patcher) -> ModelFamily:
+    """The MODEL input is one the runner drives (its family says: Wan2.1 T2V, Wan2.2 TI2V-5B, Matrix-Game 2.0):
+    checked before it is loaded to the device, so a wrong model costs no transfer (and no out-of-memory) before its
+    message. Returns its family."""
     if patcher is None or not hasattr(patcher, "model"):
         raise FastARError("the 'model' input is not a MODEL")
     dm = diffusion_model_of(patcher)
-    if world_config_of(dm) is None:
-        check_wan_t2v(dm)
-
-
-def model_vae_stride(patcher) -> int:
-    """Pixels per latent row/column for a checked MODEL (``check_model_input``): 8 for Wan2.1, 16 for Wan2.2."""
-    return VAE_STRIDES[latent_channels_of(diffusion_model_of(patcher))]
+    family = family_for(dm)
+    family.check_model(dm)
+    return family
 
 
 def resolve_model(patcher, device=None) -> ARModel:
-    check_model_input(patcher)
+    """The MODEL as the engine needs it, read once: a sampler's request keeps it."""
+    family = check_model_input(patcher)
     dm = diffusion_model_of(patcher)
     load_device = getattr(patcher, "load_device", None)
     return ARModel(
         patcher=patcher,
         diffusion_model=dm,
+        family=family,
         latent_format=patcher.model.latent_format,
         dtype=compute_dtype(patcher),
         device=torch.device(device or load_device or dm.patch_embedding.weight.device),

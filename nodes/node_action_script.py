@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..fastar_core.action_script import DEFAULT_FPS, MAX_FPS, VARIANTS, parse_text
 from ..fastar_core.errors import FastARError
+from ..fastar_core.rollout.action_script import DEFAULT_FPS, MAX_FPS, VARIANTS, parse_text
 from .constants import ACTIONS, CATEGORY
 from .inputs import combo, float_input, string_input
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.fastar.config import parse_layers
+from ..fastar_core.forward.family import ModelFamily
 from .constants import ANNCA_CHOICES, CATEGORY, FASTAR_BACKENDS, FASTAR_OPTIONS_KEY, FASTAR_PRESETS, SWITCH
 from .inputs import combo, float_input, int_input, link, string_input
-from .model_access import FastARChoice, check_wan_t2v, diffusion_model_of
+from .model_access import FastARChoice, diffusion_model_of
 
 
 def _switch(value: str):
@@ -72,7 +73,7 @@ class FastARAttentionPatch:
     def patch(self, model, preset="balanced", tempcache="preset", threshold=0.0, capacity_frames=0, annca="preset",
               annsa="preset", bits=0, tables=0, dense_warmup=-1.0, layers="all", backend="auto"):
         dm = diffusion_model_of(model)
-        check_wan_t2v(dm)
+        ModelFamily().check_model(dm)  # Wan's block: the one FAST-AR's attention patch is written for
         layers = (layers or "all").strip()
         if layers == "auto":
             raise FastARError("layers 'auto' needs a calibration file, which this node does not take; use 'all' or "

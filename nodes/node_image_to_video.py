@@ -13,7 +13,7 @@ import logging
 import torch
 
 from ..fastar_core.errors import FastARError
-from ..fastar_core.video_geometry import check_pixel_size, check_video_frames, vae_stride
+from ..fastar_core.rollout.video_geometry import check_pixel_size, check_video_frames, vae_stride
 from .constants import CATEGORY, LATENT_CHANNELS, MAX_LENGTH, MAX_RESOLUTION, PIXEL_STEP
 from .host import get_host
 from .inputs import int_input, link

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from ..fastar_core.action_script import VARIANTS
-from ..fastar_core.checkpoint import WEIGHTS_ENTRY_CHOICES, load_checkpoint
 from ..fastar_core.errors import FastARError
-from ..fastar_core.matrix_game.checkpoint import build_matrix_game, load_matrix_game_checkpoint
-from ..fastar_core.model_files import is_matrix_game_file
+from ..fastar_core.families.matrix_game.checkpoint import build_matrix_game, load_matrix_game_checkpoint
+from ..fastar_core.files.model_files import is_matrix_game_file
+from ..fastar_core.files.wan_checkpoint import WEIGHTS_ENTRY_CHOICES, load_checkpoint
+from ..fastar_core.rollout.action_script import VARIANTS
 from .constants import CATEGORY
 from .host import WEIGHT_DTYPES, get_host
 from .inputs import combo, float_input

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
-from ..fastar_core.action_script import ActionScript
 from ..fastar_core.errors import FastARError
-from ..fastar_core.video_geometry import check_pixel_size, check_video_frames
+from ..fastar_core.rollout.video_geometry import VAE_STRIDES, check_pixel_size, check_video_frames
 from .constants import (
     ACTIONS,
     CACHE_POLICIES,
@@ -21,46 +19,22 @@ from .constants import (
     SCHEDULE_PRESETS,
     SINK_FRAMES,
     WINDOW_FRAMES,
-    WORLD_START_KEY,
 )
+from .family_inputs import SamplerInputs
 from .host import get_host
 from .inputs import combo, float_input, int_input, link, seed_input
-from .model_access import check_model_input, diffusion_model_of, model_vae_stride, resolve_model, world_config_of
-from .prompting import ARPromptSchedule, as_schedule, conditioning_entry, core_start_latent, with_core_start_image
-from .rollout import RolloutSettings, resolve_settings_for, run_rollout
-from .upstream import ignored_conditioning, ignored_model_patches, ignored_shift
+from .model_access import check_model_input, diffusion_model_of, resolve_model
+from .prompting import core_start_latent
+from .request import RolloutSettings, build_request
+from .rollout import run_rollout
+from .upstream import ignored_model_patches, ignored_shift
 from .vae_loop import ComfyVideoVAE
-from .world import world_inputs
 
 log = logging.getLogger("FAST-AR")
 
 LENGTH_TOOLTIP = ("Video length in frames. Wan's VAE turns 4k+1 frames into k+1 latent frames, so the length must be "
                   "1, 5, 9, ..., 81, ... (81 = 21 latent frames = 5 s at 16 fps; 1001 = 62.5 s). Other values are "
                   "refused with the nearest valid ones.")
-
-
-def world_schedule_notes(config, sigmas, schedule: str) -> list[str]:
-    """A note when the step list is not the one the variant's inference config gives."""
-    own = config.schedule_name
-    label = next((k for k, v in SCHEDULE_PRESETS.items() if v == own), own)
-    if sigmas is not None:
-        return [f"custom sigmas replace Matrix-Game 2.0 {config.variant}'s own step list ('{label}')"]
-    if SCHEDULE_PRESETS.get(schedule) != own:
-        return [f"schedule '{schedule}' is not Matrix-Game 2.0 {config.variant}'s own ('{label}')"]
-    return []
-
-
-def check_world_inputs(actions, positive) -> None:
-    """Actions and a world start belong to a Matrix-Game 2.0 model; called for every other MODEL (Wan2.1 and
-    Wan2.2 text-to-video)."""
-    if actions is not None:
-        if not isinstance(actions, ActionScript):
-            raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script node")
-        raise FastARError(f"'actions' ({actions.variant}) steer a Matrix-Game 2.0 model, but this MODEL is a "
-                          "text-to-video Wan model, which takes no actions; disconnect 'actions'")
-    if not isinstance(positive, ARPromptSchedule) and WORLD_START_KEY in conditioning_entry(positive, "positive")[1]:
-        raise FastARError("'positive' comes from World Model Start, which starts a Matrix-Game 2.0 model, but this "
-                          "MODEL is a text-to-video Wan model: give it a text prompt (CLIP Text Encode)")
 
 
 class LongVideoSampler:
@@ -164,30 +138,23 @@ class LongVideoSampler:
                batch_size=1, vae=None, restart_every=0, restart_overlap=3):
         host = get_host()
         total_frames = check_video_frames("length", length)
-        check_model_input(model)
-        stride = model_vae_stride(model)  # Wan2.1's VAE: 8 pixels per latent; Wan2.2's (TI2V-5B): 16
+        family = check_model_input(model)
+        stride = VAE_STRIDES[family.latent_channels(diffusion_model_of(model))]  # Wan2.1's VAE: 8; Wan2.2's: 16
         latent_w, latent_h = check_pixel_size("width", width, stride), check_pixel_size("height", height, stride)
         if sigmas is None and schedule not in SCHEDULE_PRESETS:
             raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
-        world_config = world_config_of(diffusion_model_of(model))
-        world = None
-        if world_config is None:
-            check_world_inputs(actions, positive)
-            prompts = with_core_start_image(as_schedule(positive),
-                                            core_start_latent(getattr(model, "model_options", None)))
-            notes = ignored_model_patches(model)
-            if not isinstance(positive, ARPromptSchedule):  # a schedule node has read its entries already
-                notes += ignored_conditioning(conditioning_entry(positive, "positive")[1])
-        else:
-            world = world_inputs(world_config, positive, actions, total_frames, latent_h, latent_w)
-            prompts = ARPromptSchedule([])
-            notes = ignored_model_patches(model) + world_schedule_notes(world_config, sigmas, schedule)
+        notes = ignored_model_patches(model)
         if sigmas is None:
             notes += ignored_shift(model, SCHEDULE_PRESETS[schedule], schedule)
-        for note in notes:
-            log.warning("FAST-AR Long Video Sampler: %s", note)
+        if restart_every:
+            notes.append(f"CausVid's long video: a fresh rollout every {restart_every} latent frames from "
+                         f"{restart_overlap} clean ones (the first a VAE re-encode of a decoded frame); the LATENT is "
+                         "the first rollout, then each later one's new frames")
         host.load_model(model)
         ar_model = resolve_model(model)
+        given = SamplerInputs(positive=positive, actions=actions, latent_frames=total_frames, latent_h=latent_h,
+                              latent_w=latent_w, sigmas=sigmas, schedule=schedule,
+                              core_start=core_start_latent(getattr(model, "model_options", None)))
         settings = RolloutSettings(
             frames_per_block=frames_per_block, schedule=sigmas if sigmas is not None else SCHEDULE_PRESETS[schedule],
             mode=mode, seed=seed, cache_policy=cache_policy, sink_frames=sink_frames, window_frames=window_frames,
@@ -195,19 +162,10 @@ class LongVideoSampler:
             first_chunk_schedule=None if first_chunk_sigmas is None else first_chunk_sigmas.detach().float().cpu(),
             restart_every=restart_every, restart_overlap=restart_overlap,
         )
-        if world_config is not None and cache_policy == "auto" \
-                and resolve_settings_for(ar_model, settings).cache.policy == "global":
-            # Left to 'auto' without TempCache, the cache is the variant's own (its reference's local attention).
-            settings = replace(settings, cache_policy="window", window_frames=world_config.local_attn_size,
-                               sink_frames=0)
-            notes.append(f"cache 'auto' is Matrix-Game 2.0 {world_config.variant}'s own: a window of "
-                         f"{world_config.local_attn_size} latent frames, no sink")
-        if restart_every:
-            notes.append(f"CausVid's long video: a fresh rollout every {restart_every} latent frames from "
-                         f"{restart_overlap} clean ones (the first a VAE re-encode of a decoded frame); the LATENT is "
-                         "the first rollout, then each later one's new frames")
         loop_vae = None if vae is None else ComfyVideoVAE(vae, ar_model.latent_format, host, model)
-        outcome = run_rollout(ar_model, prompts, total_frames, latent_h, latent_w, settings, host, notes=notes,
-                              batch=batch_size, world=world, vae=loop_vae)
+        request = build_request(ar_model, given, settings, batch=batch_size, vae=loop_vae, notes=notes)
+        for note in request.notes:
+            log.warning("FAST-AR Long Video Sampler: %s", note)
+        outcome = run_rollout(request, host)
         latent = ar_model.latent_format.process_out(outcome.latent).to(host.intermediate_device())
         return ({"samples": latent}, outcome.report)

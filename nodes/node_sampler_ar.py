@@ -15,7 +15,7 @@ from dataclasses import replace
 import torch
 
 from ..fastar_core.errors import FastARError
-from ..fastar_core.schedule import SOLVERS, custom_schedule
+from ..fastar_core.rollout.schedule import SOLVERS, custom_schedule
 from .constants import (
     CACHE_POLICIES,
     CATEGORY,
@@ -26,11 +26,13 @@ from .constants import (
     SINK_FRAMES,
     WINDOW_FRAMES,
 )
+from .family_inputs import SamplerInputs
 from .host import get_host
 from .inputs import combo, float_input, int_input, link
 from .model_access import resolve_model
-from .prompting import ARPromptSchedule, ScheduledPrompt, core_start_latent, with_core_start_image
-from .rollout import RolloutSettings, run_rollout
+from .prompting import ARPromptSchedule, ScheduledPrompt, core_start_latent
+from .request import RolloutSettings, build_request
+from .rollout import run_rollout
 from .upstream import ignored_conditioning, ignored_model_patches
 
 log = logging.getLogger("FAST-AR")
@@ -94,25 +96,22 @@ def sample_ar_video(model, noise, sigmas, extra_args=None, callback=None, disabl
     for note in upstream:
         log.warning("FAST-AR AR Video Sampler: %s", note)
     notes += upstream
-    # A start image from core's ARVideoI2V sits in the MODEL's options (core's sampler reads the sampling copy).
-    schedule = with_core_start_image(schedule, core_start_latent(extra_args.get("model_options"),
-                                                                 getattr(patcher, "model_options", None)))
     ar_model = resolve_model(patcher, device=noise.device)
-    if ar_model.world is not None:
-        raise FastARError(f"the MODEL is Matrix-Game 2.0 {ar_model.world.variant}, which this SAMPLER does not run "
-                          "(it takes a text guider): use the Long Video Sampler with World Model Start and an Action "
-                          "Script")
     if noise.shape[1] != ar_model.latent_channels:
         source = ("Wan22ImageToVideoLatent or AR Image to Video with the Wan2.2 VAE" if ar_model.latent_channels == 48
                   else "EmptyHunyuanLatentVideo or AR Image to Video")
         raise FastARError(f"the latent has {noise.shape[1]} channels but the MODEL takes {ar_model.latent_channels}: "
                           f"make the LATENT with {source}")
+    # A start image from core's ARVideoI2V sits in the MODEL's options (core's sampler reads the sampling copy).
+    core_start = core_start_latent(extra_args.get("model_options"), getattr(patcher, "model_options", None))
+    given = SamplerInputs(positive=schedule, latent_frames=noise.shape[2], latent_h=noise.shape[3],
+                          latent_w=noise.shape[4], sigmas=sigmas, from_guider=True, core_start=core_start)
     schedule_steps = sigmas_schedule(sigmas, options.get("solver", "auto"), ar_model.latent_channels)
     settings = RolloutSettings(schedule=schedule_steps, seed=int(extra_args.get("seed") or 0),
                                **{k: options[k] for k in SETTING_KEYS if k in options})
     # One video per batch row, as core's sampler returns; row r re-noises as batch item r of the seed.
-    outcome = run_rollout(ar_model, schedule, noise.shape[2], noise.shape[3], noise.shape[4], settings, host,
-                          start_noise=noise, notes=notes, batch=noise.shape[0])
+    request = build_request(ar_model, given, settings, start_noise=noise, notes=notes, batch=noise.shape[0])
+    outcome = run_rollout(request, host)
     log.info("%s", outcome.report)
     samples = outcome.latent.to(device=noise.device, dtype=noise.dtype)
     last = float(sigmas[-1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..fastar_core.errors import FastARError
-from ..fastar_core.video_geometry import pixel_size
+from ..fastar_core.rollout.video_geometry import pixel_size
 from .constants import CATEGORY
 from .host import get_host
 from .inputs import float_input, int_input, link, string_input

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..fastar_core.errors import FastARError
-from ..fastar_core.video_geometry import check_pixel_size, check_video_frames
+from ..fastar_core.rollout.video_geometry import check_pixel_size, check_video_frames
 from .constants import (
     CATEGORY,
     CLIP_VISION_TOKENS,

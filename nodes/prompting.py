@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 import torch
 
 from ..fastar_core.errors import FastARError
-from ..fastar_core.prompts import PromptSchedule, PromptSegment
-from .constants import CORE_AR_CONFIG_KEY, CORE_START_LATENT_KEY, INITIAL_LATENT_KEY
+from ..fastar_core.rollout.action_script import ActionScript
+from ..fastar_core.rollout.conditioning import Conditioning
+from ..fastar_core.rollout.prompts import PromptSchedule, PromptSegment
+from ..fastar_core.rollout.video_geometry import pixel_size
+from .constants import CORE_AR_CONFIG_KEY, CORE_START_LATENT_KEY, INITIAL_LATENT_KEY, WORLD_START_KEY
+from .family_inputs import FamilyInputs, SamplerInputs, batch_rows, item_of
+from .upstream import ignored_conditioning
 
 
 @dataclass
@@ -122,3 +127,80 @@ def with_core_start_image(schedule: ARPromptSchedule, core_latent) -> ARPromptSc
         raise FastARError("two start images: the MODEL carries one from ARVideoI2V and 'positive' another from AR "
                           "Image to Video; keep one of the two nodes")
     return schedule
+
+
+def item_schedule(schedule: ARPromptSchedule, r: int) -> ARPromptSchedule:
+    prompts = [ScheduledPrompt(p.start_frame, item_of(p.context, r), p.recache_frames, p.label)
+               for p in schedule.prompts]
+    return ARPromptSchedule(prompts, item_of(schedule.initial_latent, r), list(schedule.notes))
+
+
+@dataclass
+class TextInputs(FamilyInputs):
+    """A Wan text-to-video rollout's inputs: prompts over time, and an optional start image (model space)."""
+
+    schedule: ARPromptSchedule
+    start: torch.Tensor | None  # [B or 1, C, F, h, w] in the model's latent space
+    notes: list = field(default_factory=list)
+
+    @property
+    def start_frames(self) -> int:
+        return 0 if self.start is None else self.start.shape[2]
+
+    def check_batch(self, batch: int) -> None:
+        for p in self.schedule.prompts:
+            batch_rows(f"the conditioning of {p.label}" if p.label else "the conditioning", p.context, batch)
+        if self.start is not None:
+            batch_rows("the start image latent", self.start, batch)
+
+    def initial_latents(self, model, r: int) -> torch.Tensor | None:
+        return item_of(self.start, r)
+
+    def conditioning(self, model, r: int) -> Conditioning:
+        return Conditioning(prompts=item_schedule(self.schedule, r).to_engine())
+
+    def describe(self) -> str:
+        return self.schedule.describe()
+
+
+def start_latent(model, raw, latent_h: int, latent_w: int) -> torch.Tensor | None:
+    """A start image's raw VAE latent, checked against the MODEL and the video's size, in the model's space."""
+    if raw is None:
+        return None
+    if raw.ndim == 4:  # [B, C, h, w]: one frame
+        raw = raw[:, :, None]
+    channels, stride = model.latent_channels, model.vae_stride
+    if raw.ndim != 5 or raw.shape[1] != channels:
+        vae = "a Wan2.2 VAE" if channels == 48 else "a Wan2.1 VAE"
+        raise FastARError(f"the start image latent has shape {list(raw.shape)}; this MODEL needs [batch, {channels}, "
+                          f"frames, h, w] from {vae}")
+    if tuple(raw.shape[3:]) != (latent_h, latent_w):
+        raise FastARError(f"the start image was encoded at {pixel_size(raw.shape[4], stride)}x"
+                          f"{pixel_size(raw.shape[3], stride)} but the sampler makes {pixel_size(latent_w, stride)}x"
+                          f"{pixel_size(latent_h, stride)}: give 'AR Image to Video' the same width and height")
+    return model.latent_format.process_in(raw.float())
+
+
+def check_no_world_inputs(actions, positive) -> None:
+    """Actions and a world start belong to a world model, not to a text-to-video one."""
+    if actions is not None:
+        if not isinstance(actions, ActionScript):
+            raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script node")
+        raise FastARError(f"'actions' ({actions.variant}) steer a Matrix-Game 2.0 model, but this MODEL is a "
+                          "text-to-video Wan model, which takes no actions; disconnect 'actions'")
+    if not isinstance(positive, ARPromptSchedule) and WORLD_START_KEY in conditioning_entry(positive, "positive")[1]:
+        raise FastARError("'positive' comes from World Model Start, which starts a Matrix-Game 2.0 model, but this "
+                          "MODEL is a text-to-video Wan model: give it a text prompt (CLIP Text Encode)")
+
+
+def read_text_inputs(model, given: SamplerInputs) -> TextInputs:
+    """The Wan family's reader: a CONDITIONING or a prompt schedule, and a start image from AR Image to Video or
+    from core's ARVideoI2V (``given.core_start``, read off the MODEL's options by the sampler)."""
+    check_no_world_inputs(given.actions, given.positive)
+    schedule = with_core_start_image(as_schedule(given.positive), given.core_start)
+    notes = list(schedule.notes)
+    if not given.from_guider and not isinstance(given.positive, ARPromptSchedule):
+        # a schedule node has read its entries already; a guider's were read by the AR Video Sampler
+        notes += ignored_conditioning(conditioning_entry(given.positive, "positive")[1])
+    start = start_latent(model, schedule.initial_latent, given.latent_h, given.latent_w)
+    return TextInputs(schedule, start, notes)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..fastar_core import video_geometry
-from ..fastar_core.engine import EngineSettings
+from ..fastar_core.rollout import video_geometry
+from ..fastar_core.rollout.engine import EngineSettings
 
 MAX_CHUNK_LINES = 40  # longer rollouts show the first and last 20 chunks
 

@@ -161,7 +161,7 @@ class StandaloneHost:
 
     # -- model building -------------------------------------------------------------------------------------------
     def model_from_checkpoint(self, ckpt, weight_dtype: str, shift: float, disable_dynamic: bool = False):
-        from ..fastar_core.checkpoint import build_model
+        from ..fastar_core.files.wan_checkpoint import build_model
 
         info = {"shift": shift, "weight_dtype": weight_dtype}
         return StandaloneModel(build_model(ckpt, device=self.torch_device()), info=info)

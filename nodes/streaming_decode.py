@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..fastar_core.video_geometry import VAE_SPATIAL, VAE_STRIDES
+from ..fastar_core.rollout.video_geometry import VAE_SPATIAL, VAE_STRIDES
 
 CONTEXT_FRAMES = 3  # latent frames of context per piece in the fallback
 

@@ -9,7 +9,7 @@ or the loader's own widget) does not reach them. Each note names the setting and
 
 from __future__ import annotations
 
-from ..fastar_core.schedule import get_schedule
+from ..fastar_core.rollout.schedule import get_schedule
 from .constants import CORE_AR_CONFIG_KEY
 
 LOADER_DEFAULT_SHIFT = 5.0

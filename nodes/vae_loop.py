@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ..fastar_core.errors import FastARError
-from ..fastar_core.vae import RedecodeStream
+from ..fastar_core.rollout.vae import RedecodeStream
 from .streaming_decode import WanCausalStream, wan_vae_kind
 
 

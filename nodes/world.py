@@ -3,46 +3,65 @@ Script, checked against the MODEL's variant and the sampler's size, turned into 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from ..fastar_core.action_script import ActionScript
-from ..fastar_core.actions import Actions
-from ..fastar_core.conditioning import Conditioning
 from ..fastar_core.errors import FastARError
-from ..fastar_core.matrix_game.config import MatrixGameConfig
-from ..fastar_core.matrix_game.rollout import matrix_game_conditioning
-from ..fastar_core.video_geometry import pixel_size, video_frames
-from .constants import WORLD_START_KEY
+from ..fastar_core.families.matrix_game.config import MatrixGameConfig
+from ..fastar_core.families.matrix_game.rollout import matrix_game_conditioning
+from ..fastar_core.rollout.action_script import ActionScript
+from ..fastar_core.rollout.actions import Actions
+from ..fastar_core.rollout.conditioning import Conditioning
+from ..fastar_core.rollout.video_geometry import pixel_size, video_frames
+from .constants import SCHEDULE_PRESETS, WORLD_START_KEY
+from .family_inputs import FamilyInputs, SamplerInputs, batch_rows, item_of
 from .prompting import ARPromptSchedule, conditioning_entry
 
 
 @dataclass
-class WorldInputs:
+class WorldInputs(FamilyInputs):
     clip: torch.Tensor  # [B or 1, 257, clip_dim] CLIP-vision tokens
     start: torch.Tensor  # [B or 1, 16, T, h, w] raw VAE latent of the start image and the blank frames after it
     actions: ActionScript
+    latent_frames: int  # of the video: the actions are read for its frames
+    notes: list = field(default_factory=list)
 
-    def conditioning(self, model, r: int, latent_frames: int) -> Conditioning:
+    def check_batch(self, batch: int) -> None:
+        batch_rows("World Model Start's latent", self.start, batch)
+        batch_rows("World Model Start's CLIP tokens", self.clip, batch)
+
+    def conditioning(self, model, r: int) -> Conditioning:
         """Video ``r``'s conditioning: its start (row r, or the only row) and the script's actions for the video."""
-        from .rollout import item_of
-
-        keyboard, mouse = self.actions.to_tensors(video_frames(latent_frames))
+        keyboard, mouse = self.actions.to_tensors(video_frames(self.latent_frames))
         start = model.latent_format.process_in(item_of(self.start, r).float())
         return matrix_game_conditioning(start, item_of(self.clip, r).float(), Actions(keyboard, mouse))
 
-    def describe(self, latent_frames: int) -> str:
-        return "actions " + self.actions.describe(video_frames(latent_frames))
+    def describe(self) -> str:
+        return "actions " + self.actions.describe(video_frames(self.latent_frames))
 
 
-def world_inputs(config: MatrixGameConfig, positive, actions, latent_frames: int, latent_h: int,
-                 latent_w: int) -> WorldInputs:
-    """Refuse what does not fit a Matrix-Game 2.0 MODEL, naming the input to change."""
+def schedule_notes(config: MatrixGameConfig, sigmas, schedule: str) -> list[str]:
+    """A note when the step list is not the one the variant's inference config gives."""
+    own = config.schedule_name
+    label = next((k for k, v in SCHEDULE_PRESETS.items() if v == own), own)
+    if sigmas is not None:
+        return [f"custom sigmas replace Matrix-Game 2.0 {config.variant}'s own step list ('{label}')"]
+    if SCHEDULE_PRESETS.get(schedule) != own:
+        return [f"schedule '{schedule}' is not Matrix-Game 2.0 {config.variant}'s own ('{label}')"]
+    return []
+
+
+def read_world_inputs(model, given: SamplerInputs) -> WorldInputs:
+    """Matrix-Game 2.0's reader: refuse what does not fit the MODEL, naming the input to change."""
+    config = model.family.config
     variant = config.variant
-    if isinstance(positive, ARPromptSchedule):
+    if given.from_guider:
+        raise FastARError(f"the MODEL is Matrix-Game 2.0 {variant}, which this SAMPLER does not run (it takes a text "
+                          "guider): use the Long Video Sampler with World Model Start and an Action Script")
+    if isinstance(given.positive, ARPromptSchedule):
         raise FastARError("a Matrix-Game 2.0 MODEL takes no prompt schedule: connect World Model Start to 'positive'")
-    tokens, extras = conditioning_entry(positive, "positive")
+    tokens, extras = conditioning_entry(given.positive, "positive")
     start = extras.get(WORLD_START_KEY)
     if start is None:
         raise FastARError(f"this MODEL is Matrix-Game 2.0 {variant}, which takes no text: connect World Model Start "
@@ -50,11 +69,13 @@ def world_inputs(config: MatrixGameConfig, positive, actions, latent_frames: int
     if tokens.shape[-1] != config.clip_dim:
         raise FastARError(f"World Model Start's CLIP tokens are {tokens.shape[-1]} wide; this model reads "
                           f"{config.clip_dim} (a ViT-H CLIP vision model: clip_vision_h.safetensors)")
-    if tuple(start.shape[3:]) != (latent_h, latent_w) or start.shape[2] < latent_frames:
+    frames, latent_h, latent_w = given.latent_frames, given.latent_h, given.latent_w
+    if tuple(start.shape[3:]) != (latent_h, latent_w) or start.shape[2] < frames:
         raise FastARError(f"World Model Start encoded {pixel_size(start.shape[4])}x{pixel_size(start.shape[3])} "
                           f"for {video_frames(start.shape[2])} frames, but the sampler makes "
-                          f"{pixel_size(latent_w)}x{pixel_size(latent_h)} for {video_frames(latent_frames)}: give "
+                          f"{pixel_size(latent_w)}x{pixel_size(latent_h)} for {video_frames(frames)}: give "
                           "both the same width, height and length")
+    actions = given.actions
     if actions is None:
         keys = "keyboard and mouse" if config.action.enable_mouse else "keyboard"
         raise FastARError(f"this MODEL is Matrix-Game 2.0 {variant}, steered by {keys}: connect an Action Script "
@@ -64,4 +85,4 @@ def world_inputs(config: MatrixGameConfig, positive, actions, latent_frames: int
     if actions.variant != variant:
         raise FastARError(f"the Action Script is for {actions.variant}, but this MODEL is Matrix-Game 2.0 {variant}: "
                           f"set its variant to {variant} (the keys differ)")
-    return WorldInputs(tokens, start, actions)
+    return WorldInputs(tokens, start, actions, frames, schedule_notes(config, given.sigmas, given.schedule))

@@ -23,8 +23,8 @@ import folder_paths  # noqa: E402
 import torch  # noqa: E402
 from comfy.cli_args import args  # noqa: E402
 
-from comfyui_fastar.fastar_core.attention import PassInfo  # noqa: E402
 from comfyui_fastar.fastar_core.errors import FastARError  # noqa: E402
+from comfyui_fastar.fastar_core.forward.attention import PassInfo  # noqa: E402
 from comfyui_fastar.nodes.host import get_host  # noqa: E402
 from comfyui_fastar.nodes.model_access import resolve_model  # noqa: E402
 from comfyui_fastar.nodes.node_image_to_video import ARImageToVideo  # noqa: E402

@@ -27,8 +27,8 @@ import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 from comfyui_fastar.fastar_core.errors import FastARError  # noqa: E402
-from comfyui_fastar.fastar_core.wan_config import WanConfig  # noqa: E402
-from comfyui_fastar.fastar_core.wan_model import random_wan  # noqa: E402
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig  # noqa: E402
+from comfyui_fastar.fastar_core.model.wan_model import random_wan  # noqa: E402
 from comfyui_fastar.nodes.host import get_host  # noqa: E402
 from comfyui_fastar.nodes.node_image_to_video import ARImageToVideo  # noqa: E402
 from comfyui_fastar.nodes.node_loader import LoadARVideoModel  # noqa: E402

@@ -58,8 +58,8 @@ def one_thread():
 @pytest.fixture()
 def tiny_checkpoint_host(standalone_host, tmp_path):
     """The standalone host with the tests' tiny Wan model saved as ``tiny_ar.safetensors`` in its models folder."""
-    from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
-    from comfyui_fastar.fastar_core.wan_model import random_wan
+    from comfyui_fastar.fastar_core.files.wan_checkpoint import save_checkpoint
+    from comfyui_fastar.fastar_core.model.wan_model import random_wan
 
     from helpers import TINY
 

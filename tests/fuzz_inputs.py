@@ -27,8 +27,8 @@ import torch
 from fuzz_hostile import hostile_checkpoint_cases
 from safetensors.torch import save_file
 
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
 from comfyui_fastar.tools import cli, generate  # noqa: F401 - imported once here, not in every forked child
 
 FUZZ_CFG = WanConfig(dim=32, num_heads=2, num_layers=3, ffn_dim=64, text_dim=16, freq_dim=16)

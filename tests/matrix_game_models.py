@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from comfyui_fastar.fastar_core.actions import Actions, pixel_frames
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec, TempCacheSettings
-from comfyui_fastar.fastar_core.conditioning import Conditioning
-from comfyui_fastar.fastar_core.matrix_game.config import ActionConfig, MatrixGameConfig
-from comfyui_fastar.fastar_core.matrix_game.model import random_matrix_game
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
+from comfyui_fastar.fastar_core.families.matrix_game.config import ActionConfig, MatrixGameConfig
+from comfyui_fastar.fastar_core.families.matrix_game.model import random_matrix_game
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.rollout.actions import Actions, pixel_frames
+from comfyui_fastar.fastar_core.rollout.conditioning import Conditioning
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
 
 CLIP_DIM = 24
 # (keys, mouse, local_attn_size) of universal, gta_drive, templerun

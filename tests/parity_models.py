@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import reference_harness as rh
 import torch
 
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
 
 # The gain of ``norm_q`` and ``norm_k`` per head (logits scale as its square): heads from broad to focused.
 HEAD_GAINS = {2: (1.0, 1.6), 3: (0.9, 1.3, 1.8)}

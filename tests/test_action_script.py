@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.action_script import (
+from comfyui_fastar.fastar_core.errors import FastARError
+from comfyui_fastar.fastar_core.rollout.action_script import (
     VARIANTS,
     parse_script,
     parse_text,
     read_script_file,
     script_from_tensors,
 )
-from comfyui_fastar.fastar_core.errors import FastARError
 
 REFERENCE = Path(os.environ.get("FASTAR_REFERENCE_DIR") or "/nonexistent") / "matrix_game"
 needs_reference = pytest.mark.skipif(not (REFERENCE / "utils" / "conditions.py").exists(),

@@ -6,19 +6,19 @@ import argparse
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.attention import DenseAttention
 from comfyui_fastar.fastar_core.caches import POLICIES, CacheShape, CacheSpec, DenseKVCache, TempCacheSettings
-from comfyui_fastar.fastar_core.engine import build_sampler, resolve_settings
 from comfyui_fastar.fastar_core.errors import FastARError
 from comfyui_fastar.fastar_core.fastar.config import FastARConfig
-from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import RolloutConfig
+from comfyui_fastar.fastar_core.forward.attention import DenseAttention
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.rollout.engine import build_sampler, resolve_settings
+from comfyui_fastar.fastar_core.rollout.prompts import PromptSchedule, PromptSegment
+from comfyui_fastar.fastar_core.rollout.sampler import RolloutConfig
 from comfyui_fastar.tools import checks
 from comfyui_fastar.tools.args import add_cache_arguments, add_fastar_arguments, settings_from_arguments
 from comfyui_fastar.tools.bench.cost_model import CacheCost, ModelShape, modelled_speedup, rollout_flops
 from comfyui_fastar.tools.bench.scenarios import bench_modes
-from comfyui_fastar.tools.generate import planned_cache_bytes
+from comfyui_fastar.tools.checks import planned_cache_bytes
 
 from helpers import TINY, tiny_context, tiny_model
 
@@ -240,7 +240,7 @@ class JoiningAttention(DenseAttention):
 def test_writing_the_chunk_into_the_caches_free_slots_gives_the_joined_rollout_bit_for_bit(policy, monkeypatch):
     """The global cache's view is a prefix of its buffers, with the rest of the rollout's slots free after it;
     the window reads a copy of its sink and recent frames (another order than the ring's), so it joins."""
-    import comfyui_fastar.fastar_core.attention as attention_module
+    import comfyui_fastar.fastar_core.forward.attention as attention_module
 
     spec = SPECS[policy].validate(FPB)
     lent = []
@@ -287,7 +287,7 @@ def test_what_attention_writes_past_the_cache_is_never_read_back():
 
 
 def test_the_rolling_cache_rotates_its_re_positioned_sink_on_by_the_shift():
-    from comfyui_fastar.fastar_core.rope import rotate
+    from comfyui_fastar.fastar_core.model.rope import rotate
 
     spec = SPECS["rolling"]
     g = torch.Generator().manual_seed(0)
@@ -337,7 +337,7 @@ def test_tempcache_keys_rotated_at_commit_are_its_pre_rope_keys_rotated_at_the_g
     """Cache level, where every group changes: keys that repeat with noise, so most merge (newest key and position
     move) and the rest are inserted or evict groups. The rotated cache's keys are the pre-RoPE cache's keys rotated
     at its positions, and both make the same merges."""
-    from comfyui_fastar.fastar_core.rope import rotate
+    from comfyui_fastar.fastar_core.model.rope import rotate
 
     settings = TempCacheSettings(threshold=0.9, capacity_frames=6, matcher="quantized")
     spec = CacheSpec(policy="tempcache", sink_frames=3, tempcache=settings).validate(FPB)

@@ -6,16 +6,16 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from comfyui_fastar.fastar_core.checkpoint import (
+from comfyui_fastar.fastar_core.errors import CheckpointError, FastARError
+from comfyui_fastar.fastar_core.files.wan_checkpoint import (
     KNOWN_PREFIXES,
     build_model,
     expected_shapes,
     load_checkpoint,
     save_checkpoint,
 )
-from comfyui_fastar.fastar_core.errors import CheckpointError, FastARError
-from comfyui_fastar.fastar_core.wan_config import KNOWN_SIZES, WanConfig, infer_config
-from comfyui_fastar.fastar_core.wan_model import WanModel
+from comfyui_fastar.fastar_core.model.wan_config import KNOWN_SIZES, WanConfig, infer_config
+from comfyui_fastar.fastar_core.model.wan_model import WanModel
 
 from helpers import TINY, tiny_model
 

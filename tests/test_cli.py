@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+from comfyui_fastar.fastar_core.files.wan_checkpoint import save_checkpoint
 from comfyui_fastar.tools.cli import main
 
 from helpers import TINY, tiny_model

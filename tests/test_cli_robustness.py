@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+from comfyui_fastar.fastar_core.files.wan_checkpoint import save_checkpoint
 from comfyui_fastar.tools.outputs import LATENT_FILE, STATS_FILE
 
 from helpers import tiny_model
@@ -186,7 +186,7 @@ def test_a_file_size_limit_is_one_line_naming_the_folder(ckpt, tmp_path):
 def test_the_same_weights_as_pt_and_safetensors_give_the_same_latent(tmp_path, capsys):
     """A .pt has no config; its head count comes from the family's known shapes (the demo model's here), so
     both forms build the same model and the same video, bit for bit."""
-    from comfyui_fastar.fastar_core.wan_model import random_wan
+    from comfyui_fastar.fastar_core.model.wan_model import random_wan
     from comfyui_fastar.tools.cli import main
     from comfyui_fastar.tools.demo.settings import MODEL_CONFIG
 

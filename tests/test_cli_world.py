@@ -8,8 +8,8 @@ import torch
 from matrix_game_models import tiny_config
 from safetensors.torch import load_file, save_file
 
-from comfyui_fastar.fastar_core.matrix_game.checkpoint import save_matrix_game
-from comfyui_fastar.fastar_core.matrix_game.model import random_matrix_game
+from comfyui_fastar.fastar_core.families.matrix_game.checkpoint import save_matrix_game
+from comfyui_fastar.fastar_core.families.matrix_game.model import random_matrix_game
 from comfyui_fastar.tools.cli import main
 from comfyui_fastar.tools.outputs import LATENT_FILE, STATS_FILE
 

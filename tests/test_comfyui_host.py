@@ -689,8 +689,8 @@ def world_models(server, tmp_path_factory):
 
     from matrix_game_models import tiny_config
 
-    from comfyui_fastar.fastar_core.matrix_game.checkpoint import save_matrix_game
-    from comfyui_fastar.fastar_core.matrix_game.model import random_matrix_game
+    from comfyui_fastar.fastar_core.families.matrix_game.checkpoint import save_matrix_game
+    from comfyui_fastar.fastar_core.families.matrix_game.model import random_matrix_game
 
     folder = server.extra_models / "diffusion_models" / "matrix_game_tiny"
     folder.mkdir()

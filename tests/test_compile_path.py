@@ -7,11 +7,11 @@ import pytest
 import torch
 from test_nodes_e2e import cond, patch, sample, tiny_model
 
-from comfyui_fastar.fastar_core.block_forward import BlockForward
-from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
 from comfyui_fastar.fastar_core.errors import FastARError
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
+from comfyui_fastar.fastar_core.files.wan_checkpoint import save_checkpoint
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.block_forward import BlockForward
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
 from comfyui_fastar.nodes.constants import TORCH_COMPILE_KWARGS_KEY
 from comfyui_fastar.nodes.model_access import resolve_model

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from comfyui_fastar.fastar_core.caches import CacheSpec
-from comfyui_fastar.fastar_core.checkpoint import load_wan_model
+from comfyui_fastar.fastar_core.files.wan_checkpoint import load_wan_model
 from comfyui_fastar.tools.demo.model import (
     default_weights_path,
     latents_to_frames,

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.attention import DenseAttention, PassInfo
 from comfyui_fastar.fastar_core.caches import CacheShape, CacheSpec
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.forward.attention import DenseAttention, PassInfo
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
 from comfyui_fastar.tools.demo.teacher_forcing import (
     TeacherForcingForward,
     split_frames,

@@ -10,8 +10,9 @@ import torch
 from comfyui_fastar.tools.demo.model import load_demo_model
 from comfyui_fastar.tools.demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 from comfyui_fastar.tools.demo.steer_world import make_map
-from comfyui_fastar.tools.demo.world_eval import BAR, RATIO_NAMES, evaluate_world, perfect_band
-from comfyui_fastar.tools.demo.world_report import JUDGED, PASS_SEEDS, WORLD_FRAMES, bar_track
+from comfyui_fastar.tools.demo.world_bar import WORLD_FRAMES, bar_track, perfect_band
+from comfyui_fastar.tools.demo.world_eval import BAR, RATIO_NAMES, evaluate_world
+from comfyui_fastar.tools.demo.world_report import JUDGED, PASS_SEEDS
 
 CARD = WEIGHTS_DIR / "world_eval.json"
 

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.attention import DenseAttention, PassInfo
 from comfyui_fastar.fastar_core.caches import CacheShape, CacheSpec
 from comfyui_fastar.fastar_core.caches.spec import TempCacheSettings
-from comfyui_fastar.fastar_core.rope import apply_rope, rope_cos_sin
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.forward.attention import DenseAttention, PassInfo
+from comfyui_fastar.fastar_core.model.rope import apply_rope, rope_cos_sin
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
 from comfyui_fastar.tools.demo.actions import ActionEncoder, ActionRunner, added_to_time_embedding, batch_tracks
 from comfyui_fastar.tools.demo.map_rope import MapRoPE, map_cycles, map_positions
 from comfyui_fastar.tools.demo.steer_world import (
@@ -167,3 +167,39 @@ def test_tempcache_groups_are_places_a_returning_key_joins_the_group_of_its_plac
         results[same_place] = {int(p): float(c) for p, c in zip(places, live) if c > 0}
     assert results[True] == {0: 2.0, 1: 2.0, 5: 1.0, 6: 1.0}
     assert results[False][0] == 3.0 and 5 not in results[False]  # the key of place 5 was merged away
+
+
+def test_whatever_attention_the_sampler_builder_gives_the_world_runner_rotates_by_the_map():
+    from comfyui_fastar.fastar_core.fastar.config import get_preset
+    from comfyui_fastar.fastar_core.rollout.engine import build_sampler
+
+    model = random_wan(CFG, seed=0)
+    enc = ActionEncoder(CFG.dim, PATCHES, frames_per_block=1)
+    runner = ActionRunner(model, enc, [track_from_actions(["right"] * 3)], moved_reference=True, map_positions=True)
+    build_sampler(runner, get_preset("balanced").attention, rope_max_distance=0)
+    assert type(runner.attention).__name__ == "FastARAttention" and runner.attention.rope_tables is runner.map_rope
+    assert not runner.attention.wants_rotated_keys  # the caches keep keys before RoPE: they rotate by Wan's
+    screen = ActionRunner(model, enc, [track_from_actions(["right"] * 3)], moved_reference=True)
+    assert screen.attention.rope_tables is rope_cos_sin and screen.token_positions(1, 1, 6, 6)[0].tolist() == [1, 0, 0]
+    placed = runner.token_positions(1, 1, 6, 6)
+    assert placed[0].tolist() == [1, 0, 1] and placed[-1].tolist() == [1, 5, 6]  # camera (1, 0) after one move right
+    with pytest.raises(ValueError, match="frame 4 has no camera yet"):
+        runner.token_positions(3, 2, 6, 6)
+
+
+def test_the_demo_labels_its_panes_and_finds_where_the_live_cache_stops_growing():
+    from comfyui_fastar.tools.demo_command import labelled_side_by_side
+    from comfyui_fastar.tools.demo_world_command import live_plateau
+
+    videos = {"true": torch.zeros(5, 3, 24, 24), "TempCache": torch.ones(5, 3, 24, 24)}
+    side = labelled_side_by_side(videos)
+    assert side.shape == (5, 14 + 96, 2 * 96 + 2, 3) and side.dtype == torch.uint8
+    assert (side[:, :14] > 200).any() and not torch.equal(side[:, :14, :96], side[:, :14, 98:])  # two names
+    assert (side[:, 14:, :96] == 128).all() and (side[:, 14:, 98:] == 255).all()
+
+    def rows(sizes):
+        return [{"frame_start": i + 1, "cache_bytes": b} for i, b in enumerate(sizes)]
+
+    assert live_plateau(rows([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10]))["plateau_from_frame"] is None  # still growing
+    flat = live_plateau(rows([1, 2, 4, 4, 4, 4, 4, 4, 4, 4, 4]))
+    assert flat["plateau_from_frame"] == 3 and flat["live_mib_max"] == round(4 / 2**20, 3)

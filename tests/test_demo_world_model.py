@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.attention import PassInfo
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.forward.attention import PassInfo
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
 from comfyui_fastar.tools.demo.actions import ActionEncoder, ActionRunner, batch_tracks, moved_reference
 from comfyui_fastar.tools.demo.model import load_demo_model
 from comfyui_fastar.tools.demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 from comfyui_fastar.tools.demo.steer_world import make_map, render_track, scripted_path, track_from_actions
-from comfyui_fastar.tools.demo.train import train_demo
+from comfyui_fastar.tools.demo.train_command import train_demo
 from comfyui_fastar.tools.demo.world_eval import evaluate_world, world_rollout
 
 PATCHES = 24
@@ -96,7 +96,7 @@ def test_the_runner_hands_the_model_the_last_clean_frame_moved_by_the_key_and_re
     seen = []
     handle = model.patch_embedding.register_forward_pre_hook(lambda m, a: seen.append(a[0].clone()))
     from comfyui_fastar.fastar_core.caches import CacheSpec
-    from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
+    from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
 
     cfg_roll = RolloutConfig(num_frames=1, latent_height=24, latent_width=24, frames_per_block=1,
                              cache=CacheSpec("global"), channels=3)
@@ -240,7 +240,7 @@ def test_the_loss_weighs_the_strip_a_move_brings_in():
 
 
 def test_the_command_line_sets_the_new_strips_loss_weight(tmp_path):
-    from comfyui_fastar.tools.demo.train import main
+    from comfyui_fastar.tools.demo.train_command import main
 
     out = tmp_path / "w"
     assert main(["--world", "steer", "--out", str(out), "--steps", "1", "--batch", "1", "--threads", "1",

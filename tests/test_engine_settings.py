@@ -5,8 +5,8 @@ import argparse
 import pytest
 
 from comfyui_fastar.fastar_core.caches import POLICIES, CacheShape, CacheSpec
-from comfyui_fastar.fastar_core.engine import resolve_settings
 from comfyui_fastar.fastar_core.errors import FastARError
+from comfyui_fastar.fastar_core.rollout.engine import resolve_settings
 from comfyui_fastar.nodes.constants import CACHE_POLICIES as NODE_CACHE_POLICIES
 from comfyui_fastar.nodes.model_access import FastARChoice
 from comfyui_fastar.tools.args import add_cache_arguments, add_fastar_arguments, settings_from_arguments

@@ -6,17 +6,17 @@ from dataclasses import replace
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.attention import DenseAttention, PassInfo
 from comfyui_fastar.fastar_core.caches import CacheSpec, GlobalCache, TempCache, TempCacheSettings
 from comfyui_fastar.fastar_core.caches.matching import exact_top1, quantized_top1, search_form
-from comfyui_fastar.fastar_core.engine import build_sampler, resolve_settings
 from comfyui_fastar.fastar_core.errors import FastARError
 from comfyui_fastar.fastar_core.fastar.ann import LSHMatcher
 from comfyui_fastar.fastar_core.fastar.attention import FastARAttention
 from comfyui_fastar.fastar_core.fastar.config import PRESETS, FastARConfig, get_preset
-from comfyui_fastar.fastar_core.rope import rope_axes
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import RolloutConfig
+from comfyui_fastar.fastar_core.forward.attention import DenseAttention, PassInfo
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.rope import rope_axes
+from comfyui_fastar.fastar_core.rollout.engine import build_sampler, resolve_settings
+from comfyui_fastar.fastar_core.rollout.sampler import RolloutConfig
 
 from helpers import tiny_context, tiny_model
 
@@ -210,7 +210,7 @@ def test_annsa_with_one_bucket_is_exact():
     commit_frames(runner, text, cache, [torch.randn(1, 16, 1, 4, 4, generator=g) for _ in range(8)])
     view = cache.view(0, 8, 1)
     q, k, v = (torch.randn(1, 2, 4, 32, generator=g) for _ in range(3))
-    from comfyui_fastar.fastar_core.rope import grid_positions
+    from comfyui_fastar.fastar_core.model.rope import grid_positions
 
     pos = grid_positions(8, 1, 2, 2)
     info = PassInfo(chunk=8, step=3, num_steps=4, frame_start=8, num_frames=1, tokens_per_frame=4)

@@ -6,13 +6,13 @@ import logging
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.attention import DenseAttention
 from comfyui_fastar.fastar_core.fastar.attention import FastARAttention
 from comfyui_fastar.fastar_core.fastar.config import FastARConfig
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.forward.attention import DenseAttention
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
 from comfyui_fastar.kernels import attention, dispatch, lsh_codes, verify
 
 from helpers import tiny_context

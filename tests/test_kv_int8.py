@@ -11,10 +11,10 @@ from comfyui_fastar.fastar_core.caches.base import CacheShape
 from comfyui_fastar.fastar_core.caches.quant import dequantize_int8, quantize_int8
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec, TempCacheSettings
 from comfyui_fastar.fastar_core.errors import FastARError
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
 
 TEMPCACHE = TempCacheSettings(capacity_frames=7, threshold=0.8)
 SHAPE = CacheShape(num_layers=2, batch=1, num_heads=2, head_dim=128, grid_hw=(2, 3), dtype=torch.bfloat16,

@@ -35,15 +35,15 @@ import reference_harness as rh
 import torch
 
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec
-from comfyui_fastar.fastar_core.checkpoint import load_wan_model
-from comfyui_fastar.fastar_core.multishot import MultiShot
-from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
-from comfyui_fastar.fastar_core.schedule import get_schedule
-from comfyui_fastar.fastar_core.unipc import UniPCSolver, unipc_steps
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.files.wan_checkpoint import load_wan_model
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
+from comfyui_fastar.fastar_core.rollout.multishot import MultiShot
+from comfyui_fastar.fastar_core.rollout.prompts import PromptSchedule, PromptSegment
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
+from comfyui_fastar.fastar_core.rollout.schedule import get_schedule
+from comfyui_fastar.fastar_core.rollout.unipc import UniPCSolver, unipc_steps
 
 NAME = "longlive2"
 pytestmark = pytest.mark.skipif(not rh.REFERENCE_DIR or not rh.reference_root(NAME).is_dir(),

@@ -4,10 +4,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from comfyui_fastar.fastar_core.checkpoint import merge_lora, save_checkpoint
 from comfyui_fastar.fastar_core.errors import CheckpointError
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.files.wan_checkpoint import merge_lora, save_checkpoint
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
 
 TINY = WanConfig(dim=64, num_heads=2, num_layers=2, ffn_dim=128, text_dim=32, freq_dim=32)
@@ -147,7 +147,7 @@ def test_the_loader_merges_a_comfyui_format_lora_from_the_loras_menu(standalone_
 def test_the_merge_is_rounded_once_to_the_dtype_the_model_runs_in(tmp_path):
     """A bf16 file loaded as fp32 gets fp32(W) + delta, as ComfyUI's LoRA patch of the loaded model gives, not the
     merge rounded to bf16 on the way."""
-    from comfyui_fastar.fastar_core.checkpoint import load_checkpoint
+    from comfyui_fastar.fastar_core.files.wan_checkpoint import load_checkpoint
 
     model = random_wan(TINY, seed=0)
     save_checkpoint(model, tmp_path / "tiny_bf16.safetensors", dtype=torch.bfloat16)

@@ -14,15 +14,19 @@ from matrix_game_models import (
     tiny_runner,
 )
 
-from comfyui_fastar.fastar_core.actions import Actions, pixel_frames
-from comfyui_fastar.fastar_core.checkpoint import load_checkpoint
 from comfyui_fastar.fastar_core.errors import CheckpointError, FastARError
-from comfyui_fastar.fastar_core.matrix_game.action import action_rope, action_windows
-from comfyui_fastar.fastar_core.matrix_game.caches import FrameWindowCache
-from comfyui_fastar.fastar_core.matrix_game.checkpoint import is_matrix_game, load_matrix_game, save_matrix_game
-from comfyui_fastar.fastar_core.matrix_game.config import from_reference_config
-from comfyui_fastar.fastar_core.matrix_game.family import MatrixGameFamily
-from comfyui_fastar.fastar_core.safetensors_reader import read_header
+from comfyui_fastar.fastar_core.families.matrix_game.action import action_rope, action_windows
+from comfyui_fastar.fastar_core.families.matrix_game.caches import FrameWindowCache
+from comfyui_fastar.fastar_core.families.matrix_game.checkpoint import (
+    is_matrix_game,
+    load_matrix_game,
+    save_matrix_game,
+)
+from comfyui_fastar.fastar_core.families.matrix_game.config import from_reference_config
+from comfyui_fastar.fastar_core.families.matrix_game.family import MatrixGameFamily
+from comfyui_fastar.fastar_core.files.safetensors_reader import read_header
+from comfyui_fastar.fastar_core.files.wan_checkpoint import load_checkpoint
+from comfyui_fastar.fastar_core.rollout.actions import Actions, pixel_frames
 
 # -- actions -------------------------------------------------------------------------------------------------
 
@@ -211,7 +215,7 @@ def test_checkpoint_round_trip_and_recognition(tmp_path):
     assert is_matrix_game(read_header(path, path.stat().st_size).tensors)
     with pytest.raises(CheckpointError, match="Matrix-Game 2.0 checkpoint"):
         load_checkpoint(path)  # the Wan loader names what the file is
-    from comfyui_fastar.fastar_core.runner import CausalRunner
+    from comfyui_fastar.fastar_core.forward.runner import CausalRunner
 
     cond = conditioning(6, variant="gta_drive")
     assert torch.equal(rollout(CausalRunner(model), cond, 6, "gta_drive").latent,

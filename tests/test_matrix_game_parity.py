@@ -27,16 +27,16 @@ pytest.importorskip("safetensors")
 
 import matrix_game_reference as mg  # noqa: E402
 
-from comfyui_fastar.fastar_core.actions import Actions  # noqa: E402
-from comfyui_fastar.fastar_core.matrix_game.checkpoint import load_matrix_game  # noqa: E402
-from comfyui_fastar.fastar_core.matrix_game.family import MatrixGameFamily  # noqa: E402
-from comfyui_fastar.fastar_core.matrix_game.rollout import (  # noqa: E402
+from comfyui_fastar.fastar_core.families.matrix_game.checkpoint import load_matrix_game  # noqa: E402
+from comfyui_fastar.fastar_core.families.matrix_game.family import MatrixGameFamily  # noqa: E402
+from comfyui_fastar.fastar_core.families.matrix_game.rollout import (  # noqa: E402
     default_cache,
     matrix_game_conditioning,
     rollout_config,
 )
-from comfyui_fastar.fastar_core.runner import CausalRunner  # noqa: E402
-from comfyui_fastar.fastar_core.sampler import ARSampler  # noqa: E402
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner  # noqa: E402
+from comfyui_fastar.fastar_core.rollout.actions import Actions  # noqa: E402
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler  # noqa: E402
 
 FRAMES = 24
 TOL = 1e-5

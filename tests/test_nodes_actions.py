@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.action_script import ActionScript
 from comfyui_fastar.fastar_core.errors import FastARError
+from comfyui_fastar.fastar_core.rollout.action_script import ActionScript
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
 from comfyui_fastar.nodes.node_action_script import EXAMPLE
 

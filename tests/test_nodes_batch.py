@@ -10,13 +10,14 @@ import torch
 from test_nodes_e2e import SIZE, cond, engine_noise, fake_custom_sampling, patch, sample
 
 from comfyui_fastar.fastar_core.errors import FastARError
-from comfyui_fastar.fastar_core.sampler import chunk_plan
+from comfyui_fastar.fastar_core.rollout.sampler import chunk_plan
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
+from comfyui_fastar.nodes.family_inputs import SamplerInputs
 from comfyui_fastar.nodes.host import get_host
 from comfyui_fastar.nodes.model_access import resolve_model
 from comfyui_fastar.nodes.node_sampler_ar import sample_ar_video
-from comfyui_fastar.nodes.prompting import as_schedule
-from comfyui_fastar.nodes.rollout import RolloutSettings, run_rollout
+from comfyui_fastar.nodes.request import RolloutSettings, build_request
+from comfyui_fastar.nodes.rollout import run_rollout
 
 SIGMAS = torch.tensor([1.0, 0.9375, 0.8333333, 0.625, 0.0])
 
@@ -41,9 +42,9 @@ def prepare_noise(seed, shape, batch_index=None):
 def item_alone(model, positive, seed, item, **kw):
     """Batch item ``item`` made by itself (the rollout of one video with batch_index (item,), as ComfyUI remakes a
     batch item from a LatentFromBatch latent)."""
-    settings = RolloutSettings(seed=seed, **kw)
-    return run_rollout(resolve_model(model), as_schedule(positive), 4, SIZE // 8, SIZE // 8, settings, get_host(),
-                       batch_index=(item,)).latent
+    given = SamplerInputs(positive, latent_frames=4, latent_h=SIZE // 8, latent_w=SIZE // 8)
+    request = build_request(resolve_model(model), given, RolloutSettings(seed=seed, **kw), batch_index=(item,))
+    return run_rollout(request, get_host()).latent
 
 
 @pytest.mark.parametrize("fastar", [False, True])
@@ -86,9 +87,10 @@ def test_ar_video_sampler_batch_of_two_equals_the_items_made_alone(host, model):
     assert torch.equal(prepare_noise(6, shape, batch_index=[1]), noise[1:])
     # Item 1 alone: ComfyUI's noise for batch_index [1], and the engine's re-noise of batch item 1.
     sampler_model = resolve_model(model, device=noise.device)
-    schedule = as_schedule([[cond()[0][0], {}]])
-    alone = run_rollout(sampler_model, schedule, 4, 4, 4, RolloutSettings(schedule=SIGMAS, seed=6), get_host(),
-                        start_noise=prepare_noise(6, shape, batch_index=[1]), batch_index=(1,)).latent
+    given = SamplerInputs([[cond()[0][0], {}]], latent_frames=4, latent_h=4, latent_w=4)
+    request = build_request(sampler_model, given, RolloutSettings(schedule=SIGMAS, seed=6),
+                            start_noise=prepare_noise(6, shape, batch_index=[1]), batch_index=(1,))
+    alone = run_rollout(request, get_host()).latent
     assert torch.equal(out[1:], alone)
     assert not torch.allclose(out[0], out[1], atol=1e-3)
 

@@ -12,9 +12,9 @@ import torch
 
 from comfyui_fastar.fastar_core.caches import KVCache
 from comfyui_fastar.fastar_core.errors import FastARError, GenerationCancelled
-from comfyui_fastar.fastar_core.sampler import chunk_plan, noise_seed
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
+from comfyui_fastar.fastar_core.rollout.sampler import chunk_plan, noise_seed
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
 from comfyui_fastar.nodes.constants import FASTAR_OPTIONS_KEY
 from comfyui_fastar.nodes.model_access import fastar_choice_of

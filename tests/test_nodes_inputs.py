@@ -36,7 +36,7 @@ def test_loader_node_refuses_hostile_files_without_crashing(host, tmp_path):
     header key, and a LoRA of the same kind each end as one CheckpointError naming the file."""
     from fuzz_hostile import hostile_checkpoint_cases
 
-    from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+    from comfyui_fastar.fastar_core.files.wan_checkpoint import save_checkpoint
 
     model = tiny_model()
     save_checkpoint(model, tmp_path / "good.safetensors", dtype=torch.float32)

@@ -96,7 +96,7 @@ def test_sampler_size_defaults_are_the_engines(node_id):
     import inspect
 
     from comfyui_fastar.fastar_core.caches.spec import CacheSpec
-    from comfyui_fastar.fastar_core.sampler import RolloutConfig
+    from comfyui_fastar.fastar_core.rollout.sampler import RolloutConfig
     from comfyui_fastar.tools.cli import build_parser
 
     node = NODE_CLASS_MAPPINGS[node_id]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_nodes_e2e import cond, fake_custom_sampling, sample, tiny_model
 
-from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+from comfyui_fastar.fastar_core.files.wan_checkpoint import save_checkpoint
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
 from comfyui_fastar.nodes.node_sampler_ar import sample_ar_video
 from comfyui_fastar.nodes.upstream import LOADER_SHIFT_ATTR, ignored_conditioning, is_start_image_hook

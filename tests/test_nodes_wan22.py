@@ -10,11 +10,11 @@ import torch
 
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec
 from comfyui_fastar.fastar_core.errors import FastARError
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
-from comfyui_fastar.fastar_core.schedule import DenoisingSchedule, get_schedule
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
+from comfyui_fastar.fastar_core.rollout.schedule import DenoisingSchedule, get_schedule
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
 from comfyui_fastar.nodes.node_sampler_ar import sample_ar_video
 from comfyui_fastar.nodes.standalone import StandaloneModel

@@ -8,13 +8,13 @@ import pytest
 import torch
 from matrix_game_models import CLIP_DIM, tiny_config, window_spec
 
-from comfyui_fastar.fastar_core.actions import Actions
 from comfyui_fastar.fastar_core.errors import FastARError
-from comfyui_fastar.fastar_core.matrix_game.checkpoint import save_matrix_game
-from comfyui_fastar.fastar_core.matrix_game.model import random_matrix_game
-from comfyui_fastar.fastar_core.matrix_game.rollout import matrix_game_conditioning
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
+from comfyui_fastar.fastar_core.families.matrix_game.checkpoint import save_matrix_game
+from comfyui_fastar.fastar_core.families.matrix_game.model import random_matrix_game
+from comfyui_fastar.fastar_core.families.matrix_game.rollout import matrix_game_conditioning
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.rollout.actions import Actions
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
 
 WIDTH, HEIGHT, LENGTH = 48, 32, 25  # a 4x6 latent, 7 latent frames: chunks 3 + 3 + 1
@@ -78,7 +78,7 @@ def test_the_sampler_runs_the_engines_rollout_of_the_same_inputs(world_host):
     latent, report = sample(model, positive, acts)
     assert latent.shape == (1, 16, 7, 4, 6) and bool(latent.isfinite().all())
     assert "actions universal at 12 fps: 0 s (frame 0): W(forward); 0.5 s (frame 6)" in report
-    assert "a window of 6 latent frames, no sink" in report
+    assert "cache 'auto' is Matrix-Game 2.0 universal's own: window (6 frames attended, sink 0" in report
 
     dm = model.model.diffusion_model
     keyboard, mouse = acts.to_tensors(LENGTH)

@@ -16,7 +16,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+from comfyui_fastar.fastar_core.files.wan_checkpoint import save_checkpoint
 from comfyui_fastar.tools.cli import main
 from comfyui_fastar.tools.outputs import FAULT_ENV, LATENT_FILE, STATE_DIR, STATS_FILE
 

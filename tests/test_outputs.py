@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+from comfyui_fastar.fastar_core.files.wan_checkpoint import save_checkpoint
 from comfyui_fastar.tools.cli import main
 from comfyui_fastar.tools.outputs import (
     LATENT_FILE,

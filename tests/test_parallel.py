@@ -20,11 +20,11 @@ import torch
 from safetensors.torch import load_file
 
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec, TempCacheSettings
-from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
 from comfyui_fastar.fastar_core.errors import FastARError
-from comfyui_fastar.fastar_core.parallel import SequenceParallel, check_settings
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.files.wan_checkpoint import save_checkpoint
+from comfyui_fastar.fastar_core.forward.parallel import SequenceParallel, check_settings
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
 from comfyui_fastar.tools.bench.cost_model import ModelShape
 from comfyui_fastar.tools.bench.cost_parallel import chunk_traffic_bytes
 from comfyui_fastar.tools.cli import main
@@ -154,11 +154,11 @@ def test_uneven_splits_and_cross_head_settings_are_refused_before_any_work():
 WORKER = """
 import sys, torch
 from safetensors.torch import save_file
-from comfyui_fastar.fastar_core.checkpoint import load_checkpoint, build_model
-from comfyui_fastar.fastar_core.engine import build_sampler, resolve_settings
-from comfyui_fastar.fastar_core.parallel import end_rank_process, init_from_launcher, leave_group
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import RolloutConfig
+from comfyui_fastar.fastar_core.files.wan_checkpoint import load_checkpoint, build_model
+from comfyui_fastar.fastar_core.rollout.engine import build_sampler, resolve_settings
+from comfyui_fastar.fastar_core.forward.parallel import end_rank_process, init_from_launcher, leave_group
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.rollout.sampler import RolloutConfig
 
 def rollout(parallel):
     model = build_model(load_checkpoint(sys.argv[1]), device="cpu")

@@ -14,7 +14,7 @@ import torch
 
 from comfyui_fastar.tools.demo.model import load_demo_model
 from comfyui_fastar.tools.demo.steer_world import STEP
-from comfyui_fastar.tools.demo.train import train_demo
+from comfyui_fastar.tools.demo.train_command import train_demo
 from comfyui_fastar.tools.play import HOST, PlaySession, key_to_action, serve
 
 CHECK_SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "play_check" / "press_keys.cjs"

@@ -45,11 +45,11 @@ import reference_harness as rh
 import torch
 
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec
-from comfyui_fastar.fastar_core.checkpoint import load_wan_model
-from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
-from comfyui_fastar.fastar_core.schedule import DenoisingSchedule, get_schedule, shift_sigma, warp_steps
+from comfyui_fastar.fastar_core.files.wan_checkpoint import load_wan_model
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.rollout.prompts import PromptSchedule, PromptSegment
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
+from comfyui_fastar.fastar_core.rollout.schedule import DenoisingSchedule, get_schedule, shift_sigma, warp_steps
 
 pytestmark = pytest.mark.skipif(not rh.REFERENCE_DIR, reason="FASTAR_REFERENCE_DIR is not set (see "
                                 "tools/extract_references.py)")

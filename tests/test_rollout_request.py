@@ -4,13 +4,13 @@ package stands below FAST-AR's (the presets import the caches, never the reverse
 import ast
 import pathlib
 
-from comfyui_fastar.fastar_core.engine import build_sampler
 from comfyui_fastar.fastar_core.fastar.config import FastARConfig
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import RolloutConfig, resolve_mode
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.rollout.engine import build_sampler
+from comfyui_fastar.fastar_core.rollout.sampler import RolloutConfig, resolve_mode
 from comfyui_fastar.kernels import set_verification, verification_enabled
-from comfyui_fastar.nodes.rollout import RolloutSettings
-from comfyui_fastar.nodes.rollout import resolve_mode as node_mode
+from comfyui_fastar.nodes.request import RolloutSettings
+from comfyui_fastar.nodes.request import resolve_mode as node_mode
 from comfyui_fastar.tools.cli import build_parser
 
 from helpers import tiny_context, tiny_model

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.rope import apply_rope, rope_cos_sin
+from comfyui_fastar.fastar_core.model.rope import apply_rope, rope_cos_sin
 
 
 def elementwise(x, cos, sin):

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from comfyui_fastar.fastar_core.attention import PassInfo
 from comfyui_fastar.fastar_core.caches import CacheShape, CacheSpec
-from comfyui_fastar.fastar_core.runner import CausalRunner
+from comfyui_fastar.fastar_core.forward.attention import PassInfo
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
 
 from helpers import reference_forward, tiny_context, tiny_model
 

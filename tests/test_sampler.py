@@ -5,12 +5,12 @@ import torch
 
 from comfyui_fastar.fastar_core.caches import CacheShape, CacheSpec
 from comfyui_fastar.fastar_core.errors import FastARError, GenerationCancelled
-from comfyui_fastar.fastar_core.prompts import PromptSchedule, PromptSegment
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig, noise_seed
-from comfyui_fastar.fastar_core.schedule import SCHEDULE_PRESETS, get_schedule, training_table
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
+from comfyui_fastar.fastar_core.rollout.prompts import PromptSchedule, PromptSegment
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig, noise_seed
+from comfyui_fastar.fastar_core.rollout.schedule import SCHEDULE_PRESETS, get_schedule, training_table
 
 from helpers import tiny_context, tiny_model
 

@@ -3,11 +3,11 @@ not copies of one content at different times, which only a comparison after RoPE
 
 import torch
 
-from comfyui_fastar.fastar_core.attention import DenseAttention, PassInfo
 from comfyui_fastar.fastar_core.caches import GlobalCache, TempCache, TempCacheSettings
 from comfyui_fastar.fastar_core.caches.base import CacheView
-from comfyui_fastar.fastar_core.rope import grid_positions
-from comfyui_fastar.fastar_core.runner import CausalRunner
+from comfyui_fastar.fastar_core.forward.attention import DenseAttention, PassInfo
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.rope import grid_positions
 
 from helpers import tiny_context, tiny_model
 

@@ -1,4 +1,5 @@
-"""The VAE in the sampling loop (``fastar_core/vae.py``): what is decoded and re-encoded, when, and the refusals.
+"""The VAE in the sampling loop (``fastar_core/rollout/vae.py``): what is decoded and re-encoded, when, and the
+refusals.
 
 A toy VAE records its calls: a latent frame "decodes" to pixel frames that are affine copies of it (1 for the
 video's first, 4 after; pixel frame p of latent frame j carries j and p), and a pixel frame encodes to an affine
@@ -11,9 +12,15 @@ import torch
 
 from comfyui_fastar.fastar_core.caches import CacheShape, CacheSpec
 from comfyui_fastar.fastar_core.errors import FastARError
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
-from comfyui_fastar.fastar_core.vae import CAUSVID_RESTART, RedecodeStream, RestartSpec, open_stream, pixel_frames
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
+from comfyui_fastar.fastar_core.rollout.vae import (
+    CAUSVID_RESTART,
+    RedecodeStream,
+    RestartSpec,
+    open_stream,
+    pixel_frames,
+)
 
 from helpers import tiny_context, tiny_model
 

@@ -40,7 +40,7 @@ import test_reference_parity as trp
 import torch
 
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec
-from comfyui_fastar.fastar_core.vae import CAUSVID_RESTART
+from comfyui_fastar.fastar_core.rollout.vae import CAUSVID_RESTART
 
 pytestmark = trp.pytestmark
 

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec
-from comfyui_fastar.fastar_core.checkpoint import load_checkpoint, load_wan_model
 from comfyui_fastar.fastar_core.errors import FastARError
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
-from comfyui_fastar.fastar_core.schedule import get_schedule
-from comfyui_fastar.fastar_core.unipc import UniPCSolver
-from comfyui_fastar.fastar_core.wan_config import KNOWN_SIZES, WanConfig, infer_config
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.files.wan_checkpoint import load_checkpoint, load_wan_model
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.wan_config import KNOWN_SIZES, WanConfig, infer_config
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
+from comfyui_fastar.fastar_core.rollout.schedule import get_schedule
+from comfyui_fastar.fastar_core.rollout.unipc import UniPCSolver
 from comfyui_fastar.tools.cli import main
 
 TINY_5B = WanConfig(dim=256, num_heads=2, num_layers=2, ffn_dim=256, in_dim=48, out_dim=48, text_dim=16, freq_dim=32)
@@ -110,7 +110,7 @@ def test_generate_sizes_a_5b_latent_by_the_wan22_vae_stride(tmp_path, capsys):
     multiple of stride x patch (32 here) is refused before any work."""
     from safetensors.torch import load_file
 
-    from comfyui_fastar.fastar_core.checkpoint import save_checkpoint
+    from comfyui_fastar.fastar_core.files.wan_checkpoint import save_checkpoint
 
     ckpt = tmp_path / "tiny5b.safetensors"
     save_checkpoint(random_wan(TINY_5B, seed=3), ckpt, dtype=torch.float32)

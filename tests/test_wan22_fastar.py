@@ -6,10 +6,10 @@ import torch
 
 from comfyui_fastar.fastar_core.caches.spec import CacheSpec, TempCacheSettings
 from comfyui_fastar.fastar_core.fastar.metrics import video_quality
-from comfyui_fastar.fastar_core.runner import CausalRunner
-from comfyui_fastar.fastar_core.sampler import ARSampler, RolloutConfig
-from comfyui_fastar.fastar_core.wan_config import WanConfig
-from comfyui_fastar.fastar_core.wan_model import random_wan
+from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
+from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
 
 TINY_5B = WanConfig(dim=256, num_heads=2, num_layers=2, ffn_dim=512, in_dim=48, out_dim=48, text_dim=32, freq_dim=32)
 FRAMES, FPB, SINK, HELD = 64, 8, 8, 24  # 8 chunks: the cache fills at chunk 3 and rolls 5 times

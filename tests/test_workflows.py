@@ -261,8 +261,8 @@ def test_the_world_model_workflows_agree_with_themselves_and_their_variant(varia
     """World Model Start and the sampler make the same video, the script's times are Create Video's frames, and
     the sampler runs the variant's own settings (its inference config: 3 frames per block, a window of 6 frames
     and no sink, the steps warped at shift 5; TempleRun's four are the Self-Forcing list)."""
-    from comfyui_fastar.fastar_core.matrix_game.config import MatrixGameConfig
-    from comfyui_fastar.fastar_core.schedule import get_schedule, warp_steps
+    from comfyui_fastar.fastar_core.families.matrix_game.config import MatrixGameConfig
+    from comfyui_fastar.fastar_core.rollout.schedule import get_schedule, warp_steps
     from comfyui_fastar.nodes.constants import SCHEDULE_PRESETS
     from comfyui_fastar.nodes.node_action_script import script_from_widgets
 

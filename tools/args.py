@@ -4,8 +4,8 @@ engine settings by the engine's own ``resolve_settings`` (the same function the 
 from __future__ import annotations
 
 from ..fastar_core.caches.spec import SINK_FRAMES, WINDOW_FRAMES
-from ..fastar_core.engine import EngineSettings, cache_choices, resolve_settings
 from ..fastar_core.fastar.config import BACKENDS, PRESET_NAMES, parse_layers
+from ..fastar_core.rollout.engine import EngineSettings, cache_choices, resolve_settings
 
 
 def add_cache_arguments(p) -> None:

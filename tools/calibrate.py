@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..fastar_core.engine import EngineSettings, build_sampler, resolve_settings
-from ..fastar_core.runner import CausalRunner
-from ..fastar_core.sampler import RolloutConfig
+from ..fastar_core.forward.runner import CausalRunner
+from ..fastar_core.rollout.engine import EngineSettings, build_sampler, resolve_settings
+from ..fastar_core.rollout.sampler import RolloutConfig
 from .outputs import strict_json
 
 
@@ -40,7 +40,7 @@ def calibrate_layers(model, context, latent_hw, channels, frames=24, schedule="s
 
 def run_calibrate(args) -> int:
     if args.checkpoint:
-        from ..fastar_core.checkpoint import load_wan_model
+        from ..fastar_core.files.wan_checkpoint import load_wan_model
         from .generate import pick_device, random_conditioning
 
         model, ckpt = load_wan_model(args.checkpoint, device=pick_device(None))

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import torch
 
-from ..fastar_core.action_script import ActionScript, read_script_file
+from ..fastar_core.caches.base import CacheShape
+from ..fastar_core.caches.spec import CacheSpec
 from ..fastar_core.errors import FastARError
 from ..fastar_core.memory import check_fits, format_bytes
-from ..fastar_core.video_geometry import PIXEL_STEP, check_pixel_size
+from ..fastar_core.rollout.action_script import ActionScript, read_script_file
+from ..fastar_core.rollout.video_geometry import PIXEL_STEP, check_pixel_size
 
 MAX_SIDE = 2048  # pixels per side; Wan2.1 is trained at 832x480 (1.3B) and 1280x720 (14B)
 MAX_TOKENS_PER_CHUNK = 1 << 17  # beyond this one chunk's dense attention runs for hours on a CPU
@@ -168,8 +170,8 @@ def read_conditioning(path: str) -> torch.Tensor:
     """--cond's tensor ``[1, L, text_dim]`` (key ``context`` or the file's only tensor), checked but for its width,
     which needs the model. Read through the checkpoints' checked loader (header, sizes against the file and
     against memory, no mapping; a .pt with weights_only and its pickle bounded)."""
-    from ..fastar_core.checkpoint import checkpoint_errors
-    from ..fastar_core.checkpoint_files import read_raw
+    from ..fastar_core.files.raw import read_raw
+    from ..fastar_core.files.wan_checkpoint import checkpoint_errors
 
     p = _regular_file("--cond", path)
     try:
@@ -199,7 +201,7 @@ def read_conditioning(path: str) -> torch.Tensor:
 
 def read_calibration(path: str) -> list:
     """--calibration's layer list (from `fastar calibrate`), checked but for its range, which needs the model."""
-    from ..fastar_core.json_files import read_json
+    from ..fastar_core.files.json_files import read_json
 
     data = read_json(path, f"--calibration {path}")
     layers = data.get("layers") if isinstance(data, dict) else None
@@ -225,7 +227,7 @@ def check_generate(args) -> Inputs:
     device = parse_device(args.device)
     check_sizes(args)
     check_contradictions(args)
-    from ..fastar_core.schedule import get_schedule
+    from ..fastar_core.rollout.schedule import get_schedule
 
     # Left out, the schedule is Self-Forcing's for the Wan2.1 families and a world model's own for Matrix-Game.
     args.schedule_given = args.schedule is not None
@@ -307,3 +309,13 @@ def check_rollout_memory(args, cfg, device, cache_bytes: int) -> None:
     detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
     check_fits(total, device, f"--frames {args.frames} at {args.width}x{args.height} ({detail})",
                "use fewer --frames, a smaller size, or a bounded cache (--cache window, --fastar quality)")
+
+
+def planned_cache_bytes(spec: CacheSpec, cfg, args, dtype: torch.dtype) -> int:
+    """Bytes the rollout's cache will allocate, as its policy counts them."""
+    _, ph, pw = cfg.patch_size
+    stride = cfg.vae_spatial_stride
+    shape = CacheShape(num_layers=cfg.num_layers, batch=1, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
+                       grid_hw=(args.height // stride // ph, args.width // stride // pw), dtype=dtype,
+                       frames_per_block=args.frames_per_block)
+    return spec.policy_class.planned_bytes(spec, shape, args.frames)

@@ -28,7 +28,7 @@ def _add_generate(sub):
                    help="video width in pixels (multiple of 16; default: the model's own, 832 for Wan2.1)")
     p.add_argument("--cond", help="safetensors file holding the text conditioning [1, L, text_dim]")
     p.add_argument("--actions", help="action script (JSON or lines: a timeline of keys and mouse moves in seconds) "
-                                     "steering a Matrix-Game 2.0 checkpoint; see fastar_core/action_script.py")
+                                     "steering a Matrix-Game 2.0 checkpoint; see fastar_core/rollout/action_script.py")
     p.add_argument("--out", required=True, help="output folder (latent.safetensors, stats.json)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1 (the same seed gives the same video)")
     p.add_argument("--schedule", default=None,
@@ -38,7 +38,7 @@ def _add_generate(sub):
     p.add_argument("--first-schedule", default=None,
                    help="the first chunk's own step list (a preset or sigmas; Causal Forcing++'s first frame takes "
                         "self-forcing, which its presets already choose)")
-    from ..fastar_core.sampler import FRAMES_PER_BLOCK, MODE_CHOICES
+    from ..fastar_core.rollout.sampler import FRAMES_PER_BLOCK, MODE_CHOICES
 
     p.add_argument("--mode", default="auto", choices=list(MODE_CHOICES),
                    help="rolling = Rolling Forcing window; auto: rolling for the rolling-forcing schedule, else chunk")
@@ -55,7 +55,7 @@ def _add_generate(sub):
 
 
 def _add_weights_entry(p) -> None:
-    from ..fastar_core.checkpoint import WEIGHTS_ENTRY_CHOICES
+    from ..fastar_core.files.wan_checkpoint import WEIGHTS_ENTRY_CHOICES
 
     p.add_argument("--weights-entry", default="auto", choices=list(WEIGHTS_ENTRY_CHOICES),
                    help="which weights of a training .pt holding several (auto: the one the model's own inference "
@@ -138,8 +138,8 @@ def build_parser() -> OneLineParser:
 
 
 def cmd_info(args) -> int:
-    from ..fastar_core.checkpoint import load_checkpoint
-    from ..fastar_core.model_files import is_matrix_game_file
+    from ..fastar_core.files.model_files import is_matrix_game_file
+    from ..fastar_core.files.wan_checkpoint import load_checkpoint
 
     if is_matrix_game_file(args.checkpoint):
         return _info_matrix_game(args)
@@ -167,8 +167,8 @@ def cmd_info(args) -> int:
 
 def _info_matrix_game(args) -> int:
     """A Matrix-Game 2.0 checkpoint: its variant (from the config.json beside it) and the keys it is steered by."""
-    from ..fastar_core.action_script import VARIANTS
-    from ..fastar_core.matrix_game.checkpoint import load_matrix_game_checkpoint
+    from ..fastar_core.families.matrix_game.checkpoint import load_matrix_game_checkpoint
+    from ..fastar_core.rollout.action_script import VARIANTS
 
     if args.weights_entry != "auto":
         from ..fastar_core.errors import FastARError
@@ -239,7 +239,7 @@ def main(argv=None) -> int:
 
 def _dispatch(argv: list) -> int:
     if argv[:1] == ["train-demo"]:
-        from .demo.train import main as train_main
+        from .demo.train_command import main as train_main
 
         return train_main(argv[1:])
     args = build_parser().parse_args(argv)

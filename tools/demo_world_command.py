@@ -21,8 +21,8 @@ import torch
 from .bench.report import line_plots, write_json
 from .bench.rollout import timed_rollouts
 from .bench.scenarios import Scenario, bench_modes
+from .demo.world_bar import bar_track
 from .demo.world_eval import MIN_GAP, evaluate_world
-from .demo.world_report import bar_track
 from .demo_command import PSNR_CAP_DB, labelled_side_by_side, save_gif
 
 DEFAULT_FRAMES = 240

@@ -16,14 +16,18 @@ from pathlib import Path
 
 import torch
 
-from ..fastar_core.caches.base import CacheShape
-from ..fastar_core.caches.spec import CacheSpec
-from ..fastar_core.checkpoint import build_model, load_checkpoint
 from ..fastar_core.errors import FastARError
-from ..fastar_core.parallel import check_settings, collective_failure, init_from_launcher, leave_group, local_device
-from ..fastar_core.runner import CausalRunner
-from ..fastar_core.sampler import RolloutConfig
-from ..fastar_core.vae import CAUSVID_RESTART
+from ..fastar_core.files.wan_checkpoint import build_model, load_checkpoint
+from ..fastar_core.forward.parallel import (
+    check_settings,
+    collective_failure,
+    init_from_launcher,
+    leave_group,
+    local_device,
+)
+from ..fastar_core.forward.runner import CausalRunner
+from ..fastar_core.rollout.sampler import RolloutConfig
+from ..fastar_core.rollout.vae import CAUSVID_RESTART
 from . import checks
 from .outputs import LATENT_FILE, STATS_FILE, run_lock, write_run
 
@@ -38,16 +42,6 @@ def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int =
 
 def pick_device(name: str | None) -> torch.device:
     return checks.parse_device(name)
-
-
-def planned_cache_bytes(spec: CacheSpec, cfg, args, dtype: torch.dtype) -> int:
-    """Bytes the rollout's cache will allocate, as its policy counts them."""
-    _, ph, pw = cfg.patch_size
-    stride = cfg.vae_spatial_stride
-    shape = CacheShape(num_layers=cfg.num_layers, batch=1, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
-                       grid_hw=(args.height // stride // ph, args.width // stride // pw), dtype=dtype,
-                       frames_per_block=args.frames_per_block)
-    return spec.policy_class.planned_bytes(spec, shape, args.frames)
 
 
 def run_generate(args) -> int:
@@ -65,8 +59,8 @@ def run_generate(args) -> int:
 
 
 def _run(args, inputs, device, parallel) -> int:
-    from ..fastar_core.engine import build_sampler
-    from ..fastar_core.model_files import is_matrix_game_file
+    from ..fastar_core.files.model_files import is_matrix_game_file
+    from ..fastar_core.rollout.engine import build_sampler
     from .args import settings_from_arguments
 
     if is_matrix_game_file(args.checkpoint):
@@ -99,7 +93,7 @@ def _run(args, inputs, device, parallel) -> int:
         print(f"note: CausVid's own long video restarts every {CAUSVID_RESTART.every} latent frames from VAE "
               "re-encoded frames; the command line loads no VAE, so this rollout keeps one cache past them (the Long "
               f"Video Sampler node with a VAE and restart_every {CAUSVID_RESTART.every} runs CausVid's restarts)")
-    checks.check_rollout_memory(args, cfg, device, planned_cache_bytes(spec, cfg, args, ckpt.dtype))
+    checks.check_rollout_memory(args, cfg, device, checks.planned_cache_bytes(spec, cfg, args, ckpt.dtype))
     if ckpt.mixed_dtypes:
         print(f"note: the file mixes dtypes {ckpt.file_dtypes}; all weights run as {ckpt.summary()['dtype']}")
     model = build_model(ckpt, device=device)

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import torch
 
-from ..fastar_core.actions import Actions, pixel_frames
 from ..fastar_core.errors import FastARError
-from ..fastar_core.matrix_game.checkpoint import build_matrix_game, load_matrix_game_checkpoint
-from ..fastar_core.matrix_game.config import CLIP_TOKENS
-from ..fastar_core.matrix_game.rollout import default_cache, matrix_game_conditioning
-from ..fastar_core.runner import CausalRunner
-from ..fastar_core.sampler import RolloutConfig
+from ..fastar_core.families.matrix_game.checkpoint import build_matrix_game, load_matrix_game_checkpoint
+from ..fastar_core.families.matrix_game.config import CLIP_TOKENS
+from ..fastar_core.families.matrix_game.rollout import default_cache, matrix_game_conditioning
+from ..fastar_core.forward.runner import CausalRunner
+from ..fastar_core.rollout.actions import Actions, pixel_frames
+from ..fastar_core.rollout.sampler import RolloutConfig
 from . import checks
 from .outputs import LATENT_FILE, STATS_FILE, write_run
 
@@ -50,9 +50,8 @@ def stand_in_start(frames: int, latent_h: int, latent_w: int, clip_dim: int, see
 
 
 def run_world(args, inputs, device, parallel) -> int:
-    from ..fastar_core.engine import build_sampler
+    from ..fastar_core.rollout.engine import build_sampler
     from .args import settings_from_arguments
-    from .generate import planned_cache_bytes
 
     if parallel is not None:
         raise FastARError("a Matrix-Game 2.0 rollout runs on one device; start it without torchrun")
@@ -83,7 +82,7 @@ def run_world(args, inputs, device, parallel) -> int:
                             frames_per_block=args.frames_per_block, schedule=args.schedule, seed=args.seed,
                             cache=spec, mode=args.mode, channels=cfg.out_dim)
     rollout.validate()
-    checks.check_rollout_memory(args, cfg, device, planned_cache_bytes(spec, cfg, args, ckpt.dtype))
+    checks.check_rollout_memory(args, cfg, device, checks.planned_cache_bytes(spec, cfg, args, ckpt.dtype))
     n_pixel = pixel_frames(args.frames)
     keyboard, mouse = script.to_tensors(n_pixel)
     unused = script.unused(n_pixel)

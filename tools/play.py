@@ -116,14 +116,14 @@ class PlaySession:
                 with self.lock:
                     self.stats["rollouts"] += 1
         except Exception as e:  # the page shows it; the server stays up
-            from ..fastar_core.sampler import GenerationCancelled
+            from ..fastar_core.rollout.sampler import GenerationCancelled
 
             if not isinstance(e, GenerationCancelled):
                 self.error = f"{type(e).__name__}: {e}"
 
     def _rollout(self, stop: threading.Event) -> None:
-        from ..fastar_core.engine import build_sampler
-        from ..fastar_core.sampler import ARSampler
+        from ..fastar_core.rollout.engine import build_sampler
+        from ..fastar_core.rollout.sampler import ARSampler
         from .demo.steer_world import render_track, track_from_actions
 
         demo = self.demo

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..memory import check_fits as fits
-from ..rope import grid_positions
+from ..model.rope import grid_positions
 
 
 @dataclass

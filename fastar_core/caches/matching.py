@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rope import rotate
+from ..model.rope import rotate
 
 CHUNK_ROWS = 1024  # rows of the similarity matrix computed at once
 SEARCH_DTYPE = torch.bfloat16

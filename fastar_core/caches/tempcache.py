@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..rope import rotate
+from ..model.rope import rotate
 from .base import CacheShape, CacheView, KVCache, check_fits, element_size
 from .matching import SEARCH_DTYPE, SEARCH_MARGIN, exact_top1, quantized_top1, search_form
 from .quant import KV_QUANTS, dequantize_int8, quantize_int8

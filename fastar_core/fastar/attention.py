@@ -22,7 +22,7 @@ import torch
 
 from ...kernels import attention as kernel_attention
 from ...kernels import build_sparse_layout, sparse_attention
-from ..attention import DenseAttention, PassInfo
+from ..forward.attention import DenseAttention, PassInfo
 from .ann import LSHMatcher, hamming1_probes
 from .config import FastARConfig
 from .metrics import attention_recall, dense_probabilities, relative_error, sample_queries

@@ -81,7 +81,7 @@ class FastARConfig:
         if self.layers == "auto":
             if not self.calibration:
                 raise FastARError("layers 'auto' needs calibration=<file written by `fastar calibrate`>")
-            from ..json_files import read_json
+            from ..files.json_files import read_json
 
             data = read_json(self.calibration, f"calibration {self.calibration}")
             layers = data.get("layers") if isinstance(data, dict) else None

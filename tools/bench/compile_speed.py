@@ -14,10 +14,10 @@ import time
 
 import torch
 
-from ...fastar_core.runner import CausalRunner
-from ...fastar_core.sampler import ARSampler, RolloutConfig
-from ...fastar_core.wan_config import WanConfig
-from ...fastar_core.wan_model import random_wan
+from ...fastar_core.forward.runner import CausalRunner
+from ...fastar_core.model.wan_config import WanConfig
+from ...fastar_core.model.wan_model import random_wan
+from ...fastar_core.rollout.sampler import ARSampler, RolloutConfig
 
 SHAPE = WanConfig(dim=512, num_heads=4, num_layers=4, ffn_dim=2048, text_dim=128, freq_dim=256)
 LATENT_HW = (16, 16)  # 8x8 tokens per frame

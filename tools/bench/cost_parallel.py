@@ -1,13 +1,13 @@
 """The cost model over N GPUs: what sequence parallelism (Ulysses, heads sharded inside self-attention) buys.
 
-Per rank and chunk, from the shapes alone (``cost_model.py`` counts the FLOPs):
+Per rank and chunk, from the shapes alone (``flops.py`` counts the FLOPs):
 
 - compute: every matmul splits evenly, per-token parts by tokens and attention by heads: ``1 / N`` of the chunk;
 - memory: the weights are replicated on every rank; the KV cache of a rank holds its ``H / N`` heads;
 - traffic: per layer and forward, the rank's queries, keys and values go out to the other ranks
   (``3 n d / N`` elements, ``(N - 1) / N`` of them leave) and the attention output comes back (``n d / N``); the
   clean pass skips the last layer's output; every forward that returns an output gathers the tokens before
-  the head (``n d / N`` to each of the ``N - 1`` others). This is what ``fastar_core/parallel.py`` sends, and a
+  the head (``n d / N`` to each of the ``N - 1`` others). This is what ``fastar_core/forward/parallel.py`` sends, and a
   test holds its byte counter to this count. AnnCA's per-frame keep mask (a few bytes per prompt token) is left
   out.
 
@@ -17,7 +17,7 @@ a multi-GPU run measures them; nothing here is measured.
 
 from __future__ import annotations
 
-from .cost_model import CacheCost, ModelShape, rollout_flops
+from .flops import WAN_1_3B, WAN_14B, CacheCost, ModelShape, rollout_flops
 
 TFLOPS = 400.0  # sustained bf16 matmul rate per GPU assumed for the time columns (an H100/H200-class card)
 LINK_GBPS = 300.0  # all-to-all bandwidth per GPU assumed (NVLink-class; PCIe cards get a tenth of it)
@@ -82,8 +82,6 @@ WAN_5B = ModelShape("Wan2.2-TI2V-5B 704x1280", dim=3072, heads=24, layers=30, ff
 
 
 def parallel_report(video_frames: int = 3001, capacity_frames: int = 21) -> dict:
-    from .cost_model import WAN_1_3B, WAN_14B
-
     shapes = (WAN_1_3B, WAN_5B, WAN_14B)
     return {
         "video_frames": video_frames, "capacity_frames": capacity_frames,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from ...fastar_core.attention import PassInfo
 from ...fastar_core.fastar.attention import FastARAttention
 from ...fastar_core.fastar.config import FastARConfig
 from ...fastar_core.fastar.metrics import relative_error
+from ...fastar_core.forward.attention import PassInfo
 
 PROMPT_TOKENS = 512
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from ...fastar_core.engine import build_sampler
 from ...fastar_core.errors import GenerationCancelled
-from ...fastar_core.runner import CausalRunner
-from ...fastar_core.sampler import RolloutConfig
+from ...fastar_core.forward.runner import CausalRunner
+from ...fastar_core.rollout.engine import build_sampler
+from ...fastar_core.rollout.sampler import RolloutConfig
 from .report import line_plots, machine, resident_bytes, write_json
 from .scenarios import bench_modes, wan_shapes_scenario
 

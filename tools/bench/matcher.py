@@ -20,8 +20,8 @@ import torch
 
 from ...fastar_core.caches.matching import quantized_top1, search_form
 from ...fastar_core.caches.tempcache import COSINE_SLACK, TempCache
-from ...fastar_core.engine import resolve_settings
 from ...fastar_core.fastar.metrics import video_quality
+from ...fastar_core.rollout.engine import resolve_settings
 from .report import line_plots, machine, write_json
 from .rollout import run_mode, timed_rollouts
 from .scenarios import CAPACITY_FRAMES, SINK_FRAMES, demo_scenario, wan_shapes_scenario

@@ -19,7 +19,7 @@ import torch
 
 from ...fastar_core.errors import FastARError
 from ...fastar_core.fastar.metrics import finite_or_none, video_quality
-from .cost_model import mode_speedup, real_prompt_tokens, shape_of_scenario
+from .flops import mode_speedup, real_prompt_tokens, shape_of_scenario
 from .report import line_plots, machine, write_json
 from .rollout import timed_rollouts
 from .scenarios import SINK_FRAMES, demo_scenario, pareto_modes, wan_shapes_scenario

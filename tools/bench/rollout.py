@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from ...fastar_core.engine import build_sampler
 from ...fastar_core.errors import FastARError
 from ...fastar_core.fastar.metrics import video_quality
-from ...fastar_core.sampler import RolloutConfig
-from .cost_model import mode_speedup, real_prompt_tokens, shape_of_scenario
+from ...fastar_core.rollout.engine import build_sampler
+from ...fastar_core.rollout.sampler import RolloutConfig
+from .flops import mode_speedup, real_prompt_tokens, shape_of_scenario
 from .interleave import median_rows, run_in_turns
 from .report import frame_rate_steadiness, latency_growth, line_plots, machine, mean, resident_bytes, write_json
 from .scenarios import SCENARIOS, Scenario, scenario_modes

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from ...fastar_core.attention import DenseAttention
 from ...fastar_core.caches.spec import CacheSpec
-from ...fastar_core.runner import CausalRunner
-from ...fastar_core.sampler import ARSampler, RolloutConfig
+from ...fastar_core.forward.attention import DenseAttention
+from ...fastar_core.forward.runner import CausalRunner
+from ...fastar_core.rollout.sampler import ARSampler, RolloutConfig
 from .interleave import run_in_turns
 from .report import line_plots, machine, write_json
 from .scenarios import demo_scenario, wan_shapes_scenario

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ...fastar_core.engine import resolve_settings
-from ...fastar_core.wan_config import WanConfig
-from ...fastar_core.wan_model import random_wan
+from ...fastar_core.model.wan_config import WanConfig
+from ...fastar_core.model.wan_model import random_wan
+from ...fastar_core.rollout.engine import resolve_settings
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Scenario:
     make_runner: object = None  # () -> a CausalRunner of the model (a conditioned one); None: a plain runner
 
     def runner(self):
-        from ...fastar_core.runner import CausalRunner
+        from ...fastar_core.forward.runner import CausalRunner
 
         return self.make_runner() if self.make_runner is not None else CausalRunner(self.model)
 

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from ...fastar_core.runner import CausalRunner
+from ...fastar_core.forward.runner import CausalRunner
 from .map_rope import MapRoPE, map_positions
 from .steer_world import ACTIONS, STEP, Track
 

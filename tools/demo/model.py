@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...fastar_core.attention import DenseAttention
 from ...fastar_core.caches import CacheSpec
-from ...fastar_core.checkpoint import load_wan_model
 from ...fastar_core.errors import FastARError
-from ...fastar_core.runner import CausalRunner
-from ...fastar_core.sampler import ARSampler, RolloutConfig, RolloutResult
-from ...fastar_core.schedule import DenoisingSchedule, custom_schedule, unipc_schedule
-from ...fastar_core.wan_model import WanModel
+from ...fastar_core.files.wan_checkpoint import load_wan_model
+from ...fastar_core.forward.attention import DenseAttention
+from ...fastar_core.forward.runner import CausalRunner
+from ...fastar_core.model.wan_model import WanModel
+from ...fastar_core.rollout.sampler import ARSampler, RolloutConfig, RolloutResult
+from ...fastar_core.rollout.schedule import DenoisingSchedule, custom_schedule, unipc_schedule
 from .settings import WEIGHTS_DIR, WEIGHTS_FILE
 from .text import PromptEncoder, TextEncoder, Tokenizer
 from .weights_io import read_text_encoder_state

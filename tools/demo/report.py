@@ -259,8 +259,8 @@ def _phases_text(training: dict) -> str:
 
 
 def _parameter_count(path: Path) -> int:
-    from ...fastar_core.checkpoint_files import check_regular_file
-    from ...fastar_core.safetensors_reader import read_header
+    from ...fastar_core.files.raw import check_regular_file
+    from ...fastar_core.files.safetensors_reader import read_header
 
     path = Path(path)
     return sum(math.prod(info.shape) for info in read_header(path, check_regular_file(path)).tensors.values())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ...fastar_core.wan_config import WanConfig
+from ...fastar_core.model.wan_config import WanConfig
 from .text import TEXT_DIM, TEXT_LEN
 from .world import CHANNELS, FRAME_SIZE
 

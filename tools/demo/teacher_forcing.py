@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ...fastar_core.attention import PassInfo
-from ...fastar_core.rope import apply_rope, grid_positions, rope_cos_sin
-from ...fastar_core.runner import CausalRunner, TextState
+from ...fastar_core.forward.attention import PassInfo
+from ...fastar_core.forward.runner import CausalRunner, TextState
+from ...fastar_core.model.rope import apply_rope, grid_positions, rope_cos_sin
 
 # The engine's forward and text projection, without the ``torch.no_grad`` they carry for inference.
 _forward_with_grad = CausalRunner.forward.__wrapped__

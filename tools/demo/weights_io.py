@@ -37,8 +37,8 @@ def save_demo_weights(model, text_encoder, path, demo_metadata: dict, dtype=torc
 def read_text_encoder_state(path, prefix: str = STATE_PREFIX) -> dict:
     """The text encoder's tensors (or those under another ``prefix``), read through the engine's checked loader
     (only those tensors are read)."""
-    from ...fastar_core.checkpoint import checkpoint_errors
-    from ...fastar_core.checkpoint_files import read_raw
+    from ...fastar_core.files.raw import read_raw
+    from ...fastar_core.files.wan_checkpoint import checkpoint_errors
 
     path = Path(path)
     with checkpoint_errors(path):

@@ -93,20 +93,6 @@ def within_band(ratios: dict, band: dict) -> bool:
                for m, v in r.items())
 
 
-def perfect_band(seed: int, frames: int, draws: int = 100) -> dict:
-    """name -> [5th, 95th percentile] of each spread ratio over ``draws`` perfect world models of bar seed
-    ``seed`` (``fastar bench world-ceiling``'s oracle: the map's ground and first view, every other landmark drawn
-    from the world's own generator, rendered exactly and remembered)."""
-    import numpy as np
-
-    from ..bench.world_ceiling import FIRST_DRAW, seed_ceiling
-
-    rows = np.array(seed_ceiling(seed, range(FIRST_DRAW, FIRST_DRAW + draws), frames)["ratios"])
-    lo, hi = BAR["perfect_band"]
-    return {n: [round(float(np.percentile(rows[:, i], lo)), 4), round(float(np.percentile(rows[:, i], hi)), 4)]
-            for i, n in enumerate(RATIO_NAMES)}
-
-
 def evaluate_world(frames: torch.Tensor, truth: torch.Tensor, track: Track, start_frames: int,
                    min_gap: int = MIN_GAP, band: dict | None = None, judge_revisit: bool = True) -> dict:
     """Figures of a rollout ``frames`` (start chunk included) along ``track`` against ``truth``; checked against
@@ -181,8 +167,8 @@ def world_rollout(demo, world_map, track: Track, cache=None, fastar=None, seed: 
     end; dense attention unless ``fastar`` (a ``FastARConfig``) is given. Returns (frames ``[T, 3, H, W]``,
     the true views, the sampler's result)."""
     from ...fastar_core.caches import CacheSpec
-    from ...fastar_core.engine import build_sampler
-    from ...fastar_core.sampler import ARSampler
+    from ...fastar_core.rollout.engine import build_sampler
+    from ...fastar_core.rollout.sampler import ARSampler
     from .steer_world import render_track
 
     truth = render_track(world_map, track)

@@ -20,20 +20,14 @@ from pathlib import Path
 from ..outputs import strict_json
 from .report import _parameter_count, _plt, plot_loss
 from .settings import WEIGHTS_FILE
-from .steer_world import MAP_SIZE, STEP, make_map, scripted_path, track_from_actions
-from .world_eval import BAR, MIN_GAP, evaluate_world, perfect_band
+from .steer_world import make_map
+from .world_bar import WORLD_FRAMES, WORLD_SEEDS, bar_track, perfect_band
+from .world_eval import BAR, MIN_GAP, evaluate_world
 
-WORLD_SEEDS = (1, 2, 3, 4, 5, 6)
-WORLD_FRAMES = 240
 PASS_SEEDS = 5  # of the 6
 JUDGED = ("dense-global", "fastar", "tempcache")  # held to the bar; "dense-window" is reported beside them
 SHEET_FRAMES = (3, 6, 12, 24, 48, 96, 160, 240)  # frames shown in world_frames.png
 BAND_DRAWS = 100  # perfect world models per seed behind its no-collapse band
-
-
-def bar_track(seed: int, frames: int = WORLD_FRAMES):
-    patches = MAP_SIZE // STEP
-    return track_from_actions(scripted_path(frames), start=((7 * seed) % patches, (11 * seed) % patches))
 
 
 def run_world_bar(demo, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, log=None, band_draws: int = BAND_DRAWS,

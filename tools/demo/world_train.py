@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...fastar_core.rope import apply_rope
+from ...fastar_core.model.rope import apply_rope
 from .actions import (
     REFERENCE_INPUT,
     STATE_PREFIX,

@@ -1,0 +1,9 @@
+"""Model families that change Wan's block or inputs, a folder each: ``matrix_game`` (Matrix-Game 2.0).
+
+A family subclasses ``forward.family.ModelFamily`` and registers itself on import; this package imports every
+shipped family, and ``fastar_core`` imports this package, so ``family_for`` knows them all.
+
+Imports: every other room (a family's loader reads through ``files``, its rollout settings are ``rollout``'s).
+"""
+
+from .matrix_game import family as matrix_game_family  # noqa: F401 - registers the family

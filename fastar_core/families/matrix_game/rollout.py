@@ -1,0 +1,52 @@
+"""A Matrix-Game 2.0 rollout as its reference inference sets it up, for callers of the engine API.
+
+The reference encodes the start image followed by ``4 (T - 1)`` black frames with the VAE (``image_latent``,
+``[B, 16, T, h, w]``), marks frame 0 in a 4-channel mask, and joins both to every pass's noisy latent; the CLIP
+vision features of the start image (``[B, 257, 1280]``) are the cross-attention context. Chunks are 3 latent
+frames, the self-attention window ``local_attn_size`` frames with no sink, the step list per variant.
+
+    model, ckpt = load_matrix_game("universal/base_distilled_model/base_distill.safetensors")
+    cond = matrix_game_conditioning(image_latent, clip_features, Actions(keyboard, mouse))
+    result = ARSampler(CausalRunner(model)).generate(cond, rollout_config(model.config, num_frames=150,
+                                                                          latent_height=44, latent_width=80))
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...caches.spec import CacheSpec
+from ...errors import FastARError
+from ...rollout.actions import Actions
+from ...rollout.conditioning import Conditioning
+from ...rollout.sampler import RolloutConfig
+from .config import MatrixGameConfig
+
+FRAMES_PER_BLOCK = 3  # the inference configs' num_frame_per_block
+MASK_CHANNELS = 4
+
+
+def default_cache(config: MatrixGameConfig) -> CacheSpec:
+    """The reference's self-attention cache: a window of ``local_attn_size`` frames (the chunk included), no sink."""
+    return CacheSpec(policy="window", window_frames=config.local_attn_size, sink_frames=0)
+
+
+def rollout_config(config: MatrixGameConfig, num_frames: int, latent_height: int, latent_width: int, seed: int = 0,
+                   cache: CacheSpec | None = None, batch: int = 1) -> RolloutConfig:
+    return RolloutConfig(num_frames=num_frames, latent_height=latent_height, latent_width=latent_width,
+                         frames_per_block=FRAMES_PER_BLOCK, schedule=config.schedule_name, seed=seed,
+                         cache=cache or default_cache(config), batch=batch, channels=config.out_dim)
+
+
+def image_conditioning(image_latent: torch.Tensor) -> torch.Tensor:
+    """The joined channels ``[B, 20, T, h, w]``: the first-frame mask (1 at frame 0) then the image latent."""
+    if image_latent.ndim != 5 or image_latent.shape[1] != 16:
+        raise FastARError(f"the start image latent has shape {list(image_latent.shape)}; expected [batch, 16, "
+                          "frames, height, width] (the VAE latent of the start image followed by black frames)")
+    mask = torch.zeros_like(image_latent[:, :MASK_CHANNELS])
+    mask[:, :, 0] = 1.0
+    return torch.cat([mask, image_latent], dim=1)
+
+
+def matrix_game_conditioning(image_latent: torch.Tensor, clip: torch.Tensor, actions: Actions) -> Conditioning:
+    return Conditioning(concat=image_conditioning(image_latent), clip=clip, actions=actions)

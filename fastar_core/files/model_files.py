@@ -1,0 +1,25 @@
+"""Which model family a checkpoint file holds, from its safetensors header alone (no tensor is read).
+
+The loaders differ by family (Wan2.1's ``checkpoint.load_checkpoint``, Matrix-Game 2.0's
+``matrix_game.checkpoint.load_matrix_game``); the command line and the loader node ask here which one to call.
+Matrix-Game 2.0 is released as safetensors only, so a torch file is read as Wan's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .family_keys import is_matrix_game
+from .raw import SAFETENSORS_SUFFIXES, check_regular_file
+from .safetensors_reader import read_header
+from .wan_checkpoint import checkpoint_errors
+
+
+def is_matrix_game_file(path) -> bool:
+    """Whether ``path`` is a Matrix-Game 2.0 checkpoint (its keys: ``img_emb``, ``action_model``, no text)."""
+    p = Path(path)
+    if p.suffix.lower() not in SAFETENSORS_SUFFIXES:
+        return False
+    with checkpoint_errors(p):
+        size = check_regular_file(p)
+        return is_matrix_game(read_header(p, size).tensors)

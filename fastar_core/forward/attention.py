@@ -1,0 +1,166 @@
+"""The attention seam: one interface that carries the dense reference and every FAST-AR variant.
+
+The runner hands each layer's projected queries, keys and values (keys before RoPE) plus the layer's
+``CacheView`` to ``self_attention``, and the prompt's cached K/V to ``cross_attention``. ``DenseAttention``
+is the reference: full softmax over (cache view + current tokens) with the view's bias. FAST-AR subclasses
+it and changes only what the paper changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...kernels import attention as kernel_attention
+from ...kernels import register_host_backend
+from ..caches.base import CacheView
+from ..model.rope import apply_rope, rope_cos_sin
+
+
+def register_host_attention(name: str, fn, *, tolerance: float | None = None) -> None:
+    """Let a host's own dense attention `fn(q, k, v, scale)` ([B, H, N, D], no bias) serve the dense calls on
+    CUDA under backend `auto` (and under its own name); it is checked against torch at first use like every
+    accelerated backend."""
+    register_host_backend(name, fn, device_types=("cuda",), tolerance=tolerance)
+
+
+@dataclass
+class PassInfo:
+    """What one forward pass is, for attention variants that depend on it."""
+
+    chunk: int  # index of the newest chunk in the pass
+    step: int  # denoising step index; -1 for the clean pass that writes the cache
+    num_steps: int
+    frame_start: int  # first latent frame of the pass
+    num_frames: int
+    tokens_per_frame: int
+    frame_steps: list | None = None  # per frame step index when frames are at different steps (rolling window)
+
+    @property
+    def is_clean_pass(self) -> bool:
+        return self.step < 0
+
+
+def relative_positions(positions: torch.Tensor, frame_start: int, min_t: int | None) -> torch.Tensor:
+    """Temporal positions relative to the current pass (RoPE is relative: only differences matter)."""
+    rel = positions.clone()
+    rel[..., 0] -= frame_start
+    if min_t is not None:
+        rel[..., 0].clamp_(min=min_t)
+    return rel
+
+
+def join_bias(view: CacheView, n_current: int) -> torch.Tensor | None:
+    """Bias over (cache entries, current tokens): the view's bias, then 0 for the current chunk (count 1)."""
+    if view.uniform:
+        return None
+    b = view.bias
+    current = torch.zeros(*b.shape[:-1], n_current, device=b.device, dtype=torch.float32)
+    return torch.cat([b.float(), current], dim=-1)
+
+
+def joined(view: CacheView, cache_k: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """Keys and values over (cache entries, current tokens). Where the view's keys are the cache's own, rotated,
+    and the cache lends the free slots after them (``view.room``), the current ones are written there and one
+    slice of each buffer is read; otherwise the cache's are joined to them (a copy of the whole cache per call,
+    what made a long dense rollout's late chunks pay for its length twice)."""
+    n, end = k.shape[2], view.length
+    if view.room is not None and cache_k is view.k:
+        room_k, room_v = view.room
+        if (room_k.shape[2] >= end + n and _prefix_of(view.k, room_k, k) and _prefix_of(view.v, room_v, v)):
+            room_k[:, :, end:end + n].copy_(k)
+            room_v[:, :, end:end + n].copy_(v)
+            return room_k[:, :, :end + n], room_v[:, :, :end + n]
+    return torch.cat([cache_k, k], dim=2), torch.cat([view.v.to(v.dtype), v], dim=2)
+
+
+def _prefix_of(entries: torch.Tensor, buffer: torch.Tensor, current: torch.Tensor) -> bool:
+    """``entries`` is the first tokens of ``buffer`` itself (not a copy or a transform of them), and ``current``
+    can be written after them as it is."""
+    return (entries.data_ptr() == buffer.data_ptr() and entries.stride() == buffer.stride()
+            and entries.shape[:2] == buffer.shape[:2] == current.shape[:2] and entries.shape[3] == current.shape[3]
+            and buffer.dtype == current.dtype and buffer.device == current.device)
+
+
+class DenseAttention:
+    """Reference attention over the cache view plus the current tokens.
+
+    ``rope_max_distance``: when set, temporal distances between a query frame and an older key frame are
+    clamped to it (e.g. 20 for a model trained on 21 latent frames). Off by default, which reproduces the
+    reference models' scores exactly.
+    """
+
+    def __init__(self, backend: str = "auto", rope_max_distance: int | None = None, verify_kernels: bool = True):
+        self.backend = backend
+        self.rope_max_distance = rope_max_distance
+        self.verify_kernels = verify_kernels  # False: no first-use kernel checks during its rollouts (the sampler)
+        self._current_tables: tuple = (None, None, None)  # (positions tensor, absolute?, cos/sin) of the pass
+        self._rotated_cache: dict = {}  # layer -> (key, rotated cache keys), CPU only
+        # cos/sin tables of positions ``[..., L, 3]`` for a head dim: Wan's RoPE. A model whose rotary frequencies
+        # differ sets its own here (the demo's steered world: whole cycles per map, time dropped).
+        self.rope_tables = rope_cos_sin
+
+    def begin_rollout(self, num_layers: int) -> None:
+        """Called once before a rollout; stateful variants reset here."""
+        self._current_tables = (None, None, None)
+        self._rotated_cache = {}
+
+    @property
+    def wants_rotated_keys(self) -> bool:
+        """Whether caches may hand over keys rotated at absolute positions: not when distances are clamped to
+        each query (``rope_max_distance``), which rotates every key relative to the pass, nor for a model with rotary
+        tables of its own (the caches rotate by Wan's)."""
+        return self.rope_max_distance is None and self.rope_tables is rope_cos_sin
+
+    def chunk_stats(self) -> dict:
+        """Figures reported with every finished chunk (FAST-AR: density, recall, prompt tokens kept)."""
+        return {}
+
+    def _min_t(self, info: PassInfo) -> int | None:
+        if self.rope_max_distance is None:
+            return None
+        return info.num_frames - 1 - self.rope_max_distance
+
+    def rotate_inputs(self, layer: int, q, k, positions, view: CacheView | None, info: PassInfo):
+        """RoPE on queries, current keys and cache keys, at positions relative to this pass; or, where the cache
+        holds keys rotated already (``view.rotated``), on the queries and current keys alone at their absolute
+        positions.
+
+        The runner passes one positions tensor per forward, so the current tokens' tables are computed once per
+        pass, not per layer. On a CPU, rotated cache keys are also kept while the layer's cache is unchanged
+        (every denoising step of a chunk reads the same entries at the same relative positions); on a GPU
+        rotating is cheap and the extra copy of the keys would cost memory."""
+        absolute = view is not None and view.rotated  # the cache's keys are rotated at absolute positions
+        if self._current_tables[0] is not positions or self._current_tables[1] != absolute:
+            cur = positions[None] if absolute else relative_positions(positions, info.frame_start, None)[None]
+            self._current_tables = (positions, absolute, self.rope_tables(cur, q.shape[-1]))
+        cos, sin = self._current_tables[2]
+        q_rot, k_rot = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if view is None:
+            return q_rot, k_rot, None
+        if view.rotated:
+            return q_rot, k_rot, view.k.to(k.dtype)
+        min_t = self._min_t(info)
+        key = (view.version, view.length, info.frame_start, info.num_frames, min_t, k.dtype)
+        memo = self._rotated_cache.get(layer) if view.k.device.type == "cpu" else None
+        if memo is not None and memo[0] == key:
+            return q_rot, k_rot, memo[1]
+        cache_pos = relative_positions(view.positions, info.frame_start, min_t)
+        cache_k = apply_rope(view.k.to(k.dtype), *self.rope_tables(cache_pos, q.shape[-1]))
+        if view.k.device.type == "cpu":
+            self._rotated_cache[layer] = (key, cache_k)
+        return q_rot, k_rot, cache_k
+
+    def self_attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+                       view: CacheView | None, info: PassInfo) -> torch.Tensor:
+        """Queries ``q [B, H, N, D]`` over the cache view plus the chunk's own keys ``k`` (both before RoPE)."""
+        q_rot, k_rot, cache_k = self.rotate_inputs(layer, q, k, positions, view, info)
+        if view is None:
+            return kernel_attention(q_rot, k_rot, v, backend=self.backend)
+        keys, values = joined(view, cache_k, k_rot, v)
+        return kernel_attention(q_rot, keys, values, join_bias(view, k.shape[2]), backend=self.backend)
+
+    def cross_attention(self, layer: int, q: torch.Tensor, text_k: torch.Tensor, text_v: torch.Tensor,
+                        info: PassInfo) -> torch.Tensor:
+        return kernel_attention(q, text_k, text_v, backend=self.backend)

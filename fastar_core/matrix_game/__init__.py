@@ -1,7 +1,0 @@
-"""Matrix-Game 2.0 (Skywork): Wan2.1-1.3B made causal and steered by keyboard and mouse, as a model family.
-
-``config.py`` (its ``config.json``, the three released variants), ``model.py`` (the module tree, checkpoint names),
-``action.py`` (the action module's forward), ``caches.py`` (keyboard and mouse caches), ``family.py`` (the
-runner's hooks), ``keys.py`` and ``checkpoint.py`` (recognising and loading a released file and the config beside
-it), ``rollout.py`` (the conditioning and rollout settings its inference uses). ``docs/matrix-game.md`` has more.
-"""
