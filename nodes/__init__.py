@@ -3,7 +3,9 @@ through ``host.py``, which falls back to plain Python when ComfyUI is not loaded
 
 from .node_action_script import ActionScriptNode
 from .node_attention import FastARAttentionPatch
+from .node_camera_path import CameraPathNode
 from .node_image_to_video import ARImageToVideo
+from .node_lingbot_start import LingBotWorldStart
 from .node_loader import LoadARVideoModel
 from .node_long_sampler import LongVideoSampler
 from .node_prompt_schedule import ARPromptScheduleNode
@@ -22,6 +24,8 @@ NODE_CLASS_MAPPINGS = {
     "FastAR_SaveLongVideo": SaveLongVideoStreaming,
     "FastAR_ActionScript": ActionScriptNode,
     "FastAR_WorldModelStart": WorldModelStart,
+    "FastAR_LingBotWorldStart": LingBotWorldStart,
+    "FastAR_CameraPath": CameraPathNode,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -32,8 +36,10 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "FastAR_SamplerARVideo": "AR Video Sampler (FAST-AR)",
     "FastAR_ImageToVideo": "AR Image to Video",
     "FastAR_SaveLongVideo": "Save Long Video (streaming decode)",
-    "FastAR_ActionScript": "Action Script (Matrix-Game)",
+    "FastAR_ActionScript": "Action Script (world models)",
     "FastAR_WorldModelStart": "World Model Start (Matrix-Game)",
+    "FastAR_LingBotWorldStart": "LingBot World Start (LingBot-World 2.0)",
+    "FastAR_CameraPath": "Camera Path (LingBot-World 2.0)",
 }
 
 __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]

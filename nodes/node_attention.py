@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.fastar.config import parse_layers
-from ..fastar_core.forward.family import ModelFamily
+from ..fastar_core.forward.family import family_for
 from .constants import ANNCA_CHOICES, CATEGORY, FASTAR_BACKENDS, FASTAR_OPTIONS_KEY, FASTAR_PRESETS, SWITCH
 from .inputs import combo, float_input, int_input, link, string_input
 from .model_access import FastARChoice, diffusion_model_of
@@ -73,7 +73,11 @@ class FastARAttentionPatch:
     def patch(self, model, preset="balanced", tempcache="preset", threshold=0.0, capacity_frames=0, annca="preset",
               annsa="preset", bits=0, tables=0, dense_warmup=-1.0, layers="all", backend="auto"):
         dm = diffusion_model_of(model)
-        ModelFamily().check_model(dm)  # Wan's block: the one FAST-AR's attention patch is written for
+        family = family_for(dm)
+        refusal = family.fastar_attention_refusal()
+        if refusal:
+            raise FastARError(f"FAST-AR Attention cannot patch {family.describe()}: {refusal}")
+        family.check_model(dm)  # Wan's block: the one FAST-AR's attention patch is written for
         layers = (layers or "all").strip()
         if layers == "auto":
             raise FastARError("layers 'auto' needs a calibration file, which this node does not take; use 'all' or "

@@ -96,6 +96,7 @@ class StandaloneHost:
         self.progress_log: list = []
         self.progress_listeners: list = []
         self.output_dir = Path(os.environ.get("FASTAR_OUTPUT_DIR", "output"))
+        self.input_dir = Path(os.environ.get("FASTAR_INPUT_DIR", "input"))
         for name in ("diffusion_models", "loras"):
             env = os.environ.get(f"FASTAR_{name.upper()}_DIR")
             if env:
@@ -104,6 +105,9 @@ class StandaloneHost:
     # -- folders ----------------------------------------------------------------------------------------------
     def register_folder(self, name: str, path) -> None:
         self.folders.setdefault(name, []).append(Path(path))
+
+    def input_directory(self) -> Path:
+        return self.input_dir
 
     def list_files(self, folder: str) -> list[str]:
         names = set()
@@ -138,7 +142,7 @@ class StandaloneHost:
     def load_model(self, patcher) -> None:
         pass
 
-    def load_vae(self, vae, piece_shape) -> None:
+    def load_vae(self, vae, piece_shape, encode: bool = False) -> None:
         pass
 
     def soft_empty_cache(self) -> None:

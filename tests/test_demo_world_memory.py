@@ -37,24 +37,24 @@ def test_map_positions_are_the_camera_plus_the_offset_in_view_wrapping():
 
 
 def test_map_rope_is_periodic_in_the_map_ignores_time_and_scores_a_place_highest_at_itself():
-    rope = MapRoPE(PATCHES)
+    rope = MapRoPE(PATCHES, HEAD_DIM).cos_sin
     assert map_cycles(5, PATCHES) == (1, 3, 5, 7, 9)
     p = torch.tensor([[0, 3, 4], [90, 3, 4], [5, 3 + PATCHES, 4 - PATCHES]])
-    cos, sin = rope(p, HEAD_DIM)
+    cos, sin = rope(p)
     assert torch.equal(cos[0], cos[1]) and torch.equal(cos[0], cos[2]) and torch.equal(sin[0], sin[2])
     wan_cos, _ = rope_cos_sin(p, HEAD_DIM)
     assert not torch.allclose(wan_cos[0], wan_cos[1])  # the negative control: Wan's RoPE sees the time
     # A query and a key of equal content score by their wrapped distance only, highest where they coincide.
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 1, 1, HEAD_DIM, generator=g).abs()
-    qc, qs = rope(torch.tensor([[0, 10, 10]]), HEAD_DIM)
+    qc, qs = rope(torch.tensor([[0, 10, 10]]))
     q_rot = apply_rope(q, qc, qs)
     places = torch.tensor([[0, y, x] for y in range(PATCHES) for x in range(PATCHES)])
-    kc, ks = rope(places, HEAD_DIM)
+    kc, ks = rope(places)
     scores = (q_rot @ apply_rope(q.expand(1, 1, len(places), HEAD_DIM), kc, ks).transpose(-1, -2))[0, 0, 0]
     assert int(scores.argmax()) == 10 * PATCHES + 10
-    across = rope(torch.tensor([[0, 10 + 12, 10]]), HEAD_DIM)  # half a map away, the same both ways round
-    back = rope(torch.tensor([[0, 10 - 12, 10]]), HEAD_DIM)
+    across = rope(torch.tensor([[0, 10 + 12, 10]]))  # half a map away, the same both ways round
+    back = rope(torch.tensor([[0, 10 - 12, 10]]))
     assert torch.allclose(across[0], back[0], atol=1e-6)
 
 
@@ -177,10 +177,10 @@ def test_whatever_attention_the_sampler_builder_gives_the_world_runner_rotates_b
     enc = ActionEncoder(CFG.dim, PATCHES, frames_per_block=1)
     runner = ActionRunner(model, enc, [track_from_actions(["right"] * 3)], moved_reference=True, map_positions=True)
     build_sampler(runner, get_preset("balanced").attention, rope_max_distance=0)
-    assert type(runner.attention).__name__ == "FastARAttention" and runner.attention.rope_tables is runner.map_rope
+    assert type(runner.attention).__name__ == "FastARAttention" and runner.attention.own_rope is runner.map_rope
     assert not runner.attention.wants_rotated_keys  # the caches keep keys before RoPE: they rotate by Wan's
     screen = ActionRunner(model, enc, [track_from_actions(["right"] * 3)], moved_reference=True)
-    assert screen.attention.rope_tables is rope_cos_sin and screen.token_positions(1, 1, 6, 6)[0].tolist() == [1, 0, 0]
+    assert screen.attention.own_rope is None and screen.token_positions(1, 1, 6, 6)[0].tolist() == [1, 0, 0]
     placed = runner.token_positions(1, 1, 6, 6)
     assert placed[0].tolist() == [1, 0, 1] and placed[-1].tolist() == [1, 5, 6]  # camera (1, 0) after one move right
     with pytest.raises(ValueError, match="frame 4 has no camera yet"):

@@ -217,10 +217,13 @@ def test_a_keys_only_world_file_still_runs_and_a_mismatched_one_is_refused(tmp_p
     with pytest.raises(FastARError, match="patch embedding takes 7 channels, but a world model with inputs 'keys only' "
                                           "reads 3"):
         load_demo_model(_rewritten(tmp_path, "no_inputs.safetensors", inputs=None))
-    with pytest.raises(FastARError, match="world inputs 'optical-flow' are unknown"):
+    with pytest.raises(FastARError, match="entry 'world.inputs' is 'optical-flow'; valid: one of 'moved-reference'"):
         load_demo_model(_rewritten(tmp_path, "unknown.safetensors", inputs="optical-flow"))
-    with pytest.raises(FastARError, match="world positions 'sphere' are unknown"):
+    with pytest.raises(FastARError, match="entry 'world.positions' is 'sphere'; valid: one of 'map'"):
         load_demo_model(_rewritten(tmp_path, "sphere.safetensors", positions="sphere"))
+    with pytest.raises(FastARError, match="world entry 'positions' is 'map' but its 'inputs' are 'keys only'"):
+        load_demo_model(_rewritten(tmp_path, "map_keys_only.safetensors", keep_channels=3, inputs=None,
+                                    positions="map"))
     screen = load_demo_model(_rewritten(tmp_path, "screen.safetensors", positions=None))
     assert not screen.places_on_map and screen.world_runner([track]).map_rope is None
     assert load_demo_model(WEIGHTS_DIR / WORLD_WEIGHTS_FILE).places_on_map

@@ -6,21 +6,24 @@ FAST-AR against dense), ``play`` (steer the world model live in a browser),
 ``bench`` (figures as JSON and plots), ``calibrate``
 (per-layer AnnSA recall), ``train-demo`` (re-train the bundled model), ``gpu-check`` (on a GPU machine: backend
 correctness and the GPU benches within a deadline).
+
+Exit codes: 0 done; 2 bad input or a refusing machine, with one ``fastar: error:`` line on stderr (usage mistakes
+included); 130 interrupted (Ctrl-C, also while the command is still importing), with one line too.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from .console import forgiving_stdout, report_error
-from .parsing import OneLineParser
+# Only what handles the end of a command is imported before it starts (see ``main``).
+from .console import fill_closed_descriptors, forgiving_stdout, port_error, report_error
 
 
 def _add_generate(sub):
     p = sub.add_parser("generate", help="generate a long latent video from a Wan2.1 AR checkpoint")
-    p.add_argument("--checkpoint", required=True, help=".safetensors or .pt of the Self-Forcing family")
+    p.add_argument("--checkpoint", required=True, help=".safetensors or .pt of the Self-Forcing family, a Matrix-Game "
+                                                       "2.0 .safetensors, or a LingBot-World 2.0 model folder")
     p.add_argument("--frames", type=int, required=True, help="latent frames to generate (4 video frames each)")
     p.add_argument("--height", type=int, default=None,
                    help="video height in pixels (multiple of 16; default: the model's own, 480 for Wan2.1)")
@@ -28,7 +31,11 @@ def _add_generate(sub):
                    help="video width in pixels (multiple of 16; default: the model's own, 832 for Wan2.1)")
     p.add_argument("--cond", help="safetensors file holding the text conditioning [1, L, text_dim]")
     p.add_argument("--actions", help="action script (JSON or lines: a timeline of keys and mouse moves in seconds) "
-                                     "steering a Matrix-Game 2.0 checkpoint; see fastar_core/rollout/action_script.py")
+                                     "steering a Matrix-Game 2.0 checkpoint, or keys moving LingBot-World 2.0's "
+                                     "camera (variant lingbot); see fastar_core/rollout/action_script.py")
+    p.add_argument("--camera", help="camera path steering a LingBot-World 2.0 checkpoint: a folder holding poses.npy "
+                                    "[frames, 4, 4] (camera-to-world, OpenCV) and intrinsics.npy [frames, 4] (fx fy "
+                                    "cx cy at 480x832), the release's examples/ format")
     p.add_argument("--out", required=True, help="output folder (latent.safetensors, stats.json)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1 (the same seed gives the same video)")
     p.add_argument("--schedule", default=None,
@@ -43,7 +50,8 @@ def _add_generate(sub):
     p.add_argument("--mode", default="auto", choices=list(MODE_CHOICES),
                    help="rolling = Rolling Forcing window; auto: rolling for the rolling-forcing schedule, else chunk")
     p.add_argument("--frames-per-block", type=int, default=FRAMES_PER_BLOCK,
-                   help="latent frames denoised together per chunk (3 for Self-Forcing, 1 for Causal Forcing)")
+                   help=f"latent frames denoised together per chunk (default {FRAMES_PER_BLOCK}: Self-Forcing's; 1 for "
+                        "Causal Forcing; left out, a LingBot-World 2.0 model takes its own 4)")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--lora", help="LongLive-style PEFT LoRA file merged into the weights")
@@ -64,11 +72,14 @@ def _add_weights_entry(p) -> None:
                         "name says no family)")
 
 
-def build_parser() -> OneLineParser:
+def build_parser():
+    from .parsing import OneLineParser
+
     parser = OneLineParser(prog="fastar", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("info", help="describe a checkpoint (Wan2.1 family, or Matrix-Game 2.0 and its variant)")
-    p.add_argument("checkpoint", help=".safetensors or .pt checkpoint to describe")
+    p = sub.add_parser("info", help="describe a checkpoint (Wan2.1 family, Matrix-Game 2.0 and its variant, "
+                                    "LingBot-World 2.0 and its size)")
+    p.add_argument("checkpoint", help=".safetensors or .pt checkpoint, or a LingBot-World 2.0 model folder")
     p.add_argument("--json", action="store_true", help="print JSON")
     _add_weights_entry(p)
     _add_generate(sub)
@@ -97,23 +108,25 @@ def build_parser() -> OneLineParser:
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
-                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling",
-                                   "world-memory"],
-                   help="which benchmark (kernels and gpu-rollout need a GPU)")
+                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling", "launches",
+                                   "gpu-modes", "lingbot-cap", "world-memory"],
+                   help="which benchmark (kernels, gpu-rollout and gpu-modes need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
     p.add_argument("--model", "--scenario", dest="model", default="demo",
-                   choices=["demo", "wan-shapes", "longlive2-5b", "world"],
+                   choices=["demo", "wan-shapes", "longlive2-5b", "lingbot", "world"],
                    help="rollout model: the demo, random weights at Wan2.1-1.3B shapes, or at Wan2.2-TI2V-5B shapes "
-                        "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only), or the "
-                        "steered world model on a revisiting path (pareto only)")
+                        "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only), or at "
+                        "LingBot-World 2.0's with its rollout (blocks of 4, window 18 sink 6, a camera path; rollout "
+                        "only), or the steered world model on a revisiting path (pareto only)")
     p.add_argument("--weights", default=None, help="--model world and world-memory: a steered-world .safetensors "
                                                     "(default: the bundled world model)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "
-                        "frame-rate: rounds, least CPU time per chunk (default 5); "
+                        "frame-rate: rounds, least CPU time per chunk (default 5); lingbot-cap: rounds, least "
+                        "relative cost per chunk (default 5; --frames 3000 for the claim); "
                         "world-ceiling: perfect draws per seed (default 20)")
     p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
     p.add_argument("--thresholds", default=None, help="pareto: comma-separated TempCache merge thresholds")
@@ -138,14 +151,18 @@ def build_parser() -> OneLineParser:
 
 
 def cmd_info(args) -> int:
-    from ..fastar_core.files.model_files import is_matrix_game_file
+    from ..fastar_core.files.model_files import is_lingbot, is_matrix_game_file
     from ..fastar_core.files.wan_checkpoint import load_checkpoint
 
+    if is_lingbot(args.checkpoint):
+        return _info_lingbot(args)
     if is_matrix_game_file(args.checkpoint):
         return _info_matrix_game(args)
     ckpt = load_checkpoint(args.checkpoint, check_finite=True, weights_entry=args.weights_entry)
     summary = ckpt.summary()
     if args.json:
+        import json
+
         print(json.dumps(summary, indent=2))
         return 0
     cfg = summary["config"]
@@ -166,7 +183,7 @@ def cmd_info(args) -> int:
 
 
 def _info_matrix_game(args) -> int:
-    """A Matrix-Game 2.0 checkpoint: its variant (from the config.json beside it) and the keys it is steered by."""
+    """A Matrix-Game 2.0 checkpoint: its variant (from its sizes) and the keys it is steered by."""
     from ..fastar_core.families.matrix_game.checkpoint import load_matrix_game_checkpoint
     from ..fastar_core.rollout.action_script import VARIANTS
 
@@ -183,11 +200,13 @@ def _info_matrix_game(args) -> int:
     if spec is not None:
         summary["keys"] = {k.letter: k.name for k in spec.keys}
     if args.json:
+        import json
+
         print(json.dumps(summary, indent=2))
         return 0
     a = cfg.action
     print(f"file        {summary['path']}")
-    print(f"family      Matrix-Game 2.0, variant {cfg.variant} (sizes from {summary['config_file']})")
+    print(f"family      Matrix-Game 2.0, variant {cfg.variant} (sizes from {summary['config_from']})")
     print(f"config      dim {cfg.dim}, {cfg.num_heads} heads x {cfg.head_dim}, {cfg.num_layers} layers, ffn "
           f"{cfg.ffn_dim}, in/out {cfg.in_dim}/{cfg.out_dim} ch, CLIP context {cfg.clip_dim}, patch "
           f"{tuple(cfg.patch_size)}")
@@ -199,6 +218,41 @@ def _info_matrix_game(args) -> int:
     print(f"dtype       {summary['dtype']}")
     print(f"parameters  {summary['parameters']:,}")
     print(f"prefix      stripped: {summary['prefix_stripped']}")
+    return 0
+
+
+def _info_lingbot(args) -> int:
+    """A LingBot-World 2.0 model folder: its size, its shards, and how the pack runs it by default."""
+    from ..fastar_core.errors import FastARError
+    from ..fastar_core.families.lingbot.checkpoint import load_lingbot_checkpoint
+    from ..fastar_core.families.lingbot.rollout import FRAMES_PER_BLOCK, SCHEDULE, default_cache
+    from ..fastar_core.rollout.action_script import VARIANTS
+    from ..fastar_core.rollout.schedule import get_schedule
+
+    if args.weights_entry != "auto":
+        raise FastARError(f"--weights-entry {args.weights_entry}: a LingBot-World 2.0 folder holds one set of weights; "
+                          "drop --weights-entry")
+    ckpt = load_lingbot_checkpoint(args.checkpoint)
+    summary, cfg = ckpt.summary(), ckpt.config
+    cache, schedule = default_cache(cfg), get_schedule(SCHEDULE)
+    summary.update({"frames_per_block": FRAMES_PER_BLOCK, "cache": cache.to_dict(), "schedule": schedule.to_dict(),
+                    "keys": {k.letter: k.name for k in VARIANTS["lingbot"].keys}})
+    if args.json:
+        import json
+
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"file        {summary['path']} ({summary['shards']} safetensors file{'s' if summary['shards'] > 1 else ''})")
+    print(f"family      LingBot-World 2.0, size {cfg.size} (image-to-video, steered by a camera path)")
+    print(f"config      dim {cfg.dim}, {cfg.num_heads} heads x {cfg.head_dim}, {cfg.num_layers} layers, ffn "
+          f"{cfg.ffn_dim}, in/out {cfg.in_dim}/{cfg.out_dim} ch, text {cfg.text_dim}, camera {cfg.camera_dim}, patch "
+          f"{tuple(cfg.patch_size)}")
+    print(f"rollout     chunks of {FRAMES_PER_BLOCK}, {cache.describe()}, schedule {SCHEDULE} "
+          f"({schedule.num_steps} steps at shift {schedule.shift:g})")
+    print(f"steering    --camera FOLDER (poses.npy, intrinsics.npy) or --actions FILE (variant lingbot: "
+          f"{VARIANTS['lingbot'].valid_keys()})")
+    print(f"dtype       {summary['dtype']}")
+    print(f"parameters  {summary['parameters']:,}")
     return 0
 
 
@@ -216,25 +270,46 @@ def _dtype_counts(counts: dict) -> str:
 
 def main(argv=None) -> int:
     """Every subcommand, ``train-demo`` included, runs through here: its options are checked before any work,
-    and whatever ends it (bad input, a refusing machine, an interrupt) leaves as one ``fastar: error:`` line."""
+    and whatever ends it (bad input, a refusing machine, an interrupt) leaves as one ``fastar: error:`` line.
+
+    Called with no ``argv`` it is the process's own entry point (``fastar``, ``python -m comfyui_fastar``): the
+    heavy imports (torch, the engine) happen in here, so a Ctrl-C while they load is one line too, and once the
+    command has ended a further Ctrl-C no longer interrupts the interpreter's exit."""
+    program = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
+    fill_closed_descriptors()
     stdout = forgiving_stdout()
     try:
         code = _dispatch(argv)
     except SystemExit:
+        _ended(program)
         raise
     except BaseException as e:  # noqa: B036 - an interrupt is reported too, as one line
+        _ended(program)
         code = report_error(e)
     finally:
+        _ended(program)
         try:
             sys.stdout.flush()
         except (OSError, ValueError):
             pass
         sys.stdout = stdout
-    parallel = sys.modules.get(__package__.rsplit(".", 1)[0] + ".fastar_core.parallel")
+    parallel = sys.modules.get(__package__.rsplit(".", 1)[0] + ".fastar_core.forward.parallel")
     if parallel is not None:  # a torchrun rank ends here, past a teardown race in torch.distributed
         parallel.end_rank_process(code)
     return code
+
+
+def _ended(program: bool) -> None:
+    """The command is over: the process that runs only it ignores Ctrl-C from here on (its result is decided;
+    an interrupt now would only turn the exit into a traceback)."""
+    if program:
+        import signal
+
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
 
 
 def _dispatch(argv: list) -> int:
@@ -252,37 +327,47 @@ def _dispatch(argv: list) -> int:
         from .generate import run_generate
 
         return run_generate(args)
-    if args.command == "demo":
-        args.out = args.out or f"fastar-demo/{'world' if args.world == 'steer' else 'sprites'}"
-        command_checks.check_demo(args)
-        if args.world == "steer":
-            from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
-            from .demo_world_command import run_world_demo
-
-            return run_world_demo(Path(args.out), args.weights or WEIGHTS_DIR / WORLD_WEIGHTS_FILE,
-                                  frames=args.frames or 240, seed=args.seed, map_seed=args.map_seed)
-        from .demo_command import run_demo
-
-        return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
     if args.command == "play":
         command_checks.check_play(args)
         from .play import run_play
 
-        return run_play(args.weights, port=args.port, map_seed=args.map_seed, seed=args.seed, mode=args.mode,
-                        max_fps=args.max_fps)
+        try:
+            return run_play(args.weights, port=args.port, map_seed=args.map_seed, seed=args.seed, mode=args.mode,
+                            max_fps=args.max_fps)
+        except OSError as e:
+            raise port_error(e, args.port) from None
+    from .outputs import removed_if_failed
+
+    # A command that fails leaves no folder it created behind (nor the parents it made for it).
+    if args.command == "demo":
+        args.out = args.out or f"fastar-demo/{'world' if args.world == 'steer' else 'sprites'}"
+        command_checks.check_demo(args)
+        with removed_if_failed(args.out):
+            if args.world == "steer":
+                from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
+                from .demo_world_command import run_world_demo
+
+                return run_world_demo(Path(args.out), args.weights or WEIGHTS_DIR / WORLD_WEIGHTS_FILE,
+                                      frames=args.frames or 240, seed=args.seed, map_seed=args.map_seed)
+            from .demo_command import run_demo
+
+            return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
     if args.command == "gpu-check":
         command_checks.check_gpu_check(args)
         from .gpu_check import run_from_args
 
-        return run_from_args(args)
+        with removed_if_failed(args.out):
+            return run_from_args(args)
     if args.command == "bench":
         command_checks.check_bench(args)
         from .bench import run_bench
 
-        return run_bench(args)
+        with removed_if_failed(args.out):
+            return run_bench(args)
     if args.command == "calibrate":
         command_checks.check_calibrate(args)
         from .calibrate import run_calibrate
 
-        return run_calibrate(args)
+        with removed_if_failed(Path(args.out).parent):
+            return run_calibrate(args)
     return 1

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..fastar_core.errors import FastARError
+from ..fastar_core.errors import CheckpointError, FastARError
 from ..fastar_core.files.wan_checkpoint import build_model, load_checkpoint
 from ..fastar_core.forward.parallel import (
     check_settings,
@@ -30,14 +30,6 @@ from ..fastar_core.rollout.sampler import RolloutConfig
 from ..fastar_core.rollout.vae import CAUSVID_RESTART
 from . import checks
 from .outputs import LATENT_FILE, STATS_FILE, run_lock, write_run
-
-
-def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int = 24) -> torch.Tensor:
-    """UMT5-shaped stand-in: ``used`` random token rows, the rest zero-padded like a real prompt."""
-    g = torch.Generator().manual_seed(seed)
-    ctx = torch.zeros(1, tokens, text_dim)
-    ctx[:, :used] = torch.randn(1, used, text_dim, generator=g) * 0.2
-    return ctx
 
 
 def pick_device(name: str | None) -> torch.device:
@@ -59,16 +51,25 @@ def run_generate(args) -> int:
 
 
 def _run(args, inputs, device, parallel) -> int:
-    from ..fastar_core.files.model_files import is_matrix_game_file
+    from ..fastar_core.files.model_files import is_lingbot, is_matrix_game_file
     from ..fastar_core.rollout.engine import build_sampler
     from .args import settings_from_arguments
 
+    if is_lingbot(args.checkpoint):
+        from .generate_lingbot import run_lingbot
+
+        return run_lingbot(args, inputs, device, parallel)
     if is_matrix_game_file(args.checkpoint):
         from .generate_world import run_world
 
         return run_world(args, inputs, device, parallel)
     is_main = parallel is None or parallel.rank == 0
-    ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora, weights_entry=args.weights_entry)
+    try:
+        ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora, weights_entry=args.weights_entry)
+    except CheckpointError as e:
+        if args.lora and e.path == str(Path(args.lora)):  # the LoRA's fault: said with its option
+            raise FastARError(f"--lora {e}") from None
+        raise
     cfg = ckpt.config
     checks.fill_model_size(args, cfg)
     checks.check_against_model(args, inputs, cfg)
@@ -100,7 +101,7 @@ def _run(args, inputs, device, parallel) -> int:
     if inputs.context is not None:
         ctx, cond_note = inputs.context, f"from {args.cond}"
     else:
-        ctx, cond_note = random_conditioning(cfg.text_dim, args.seed), "seeded random stand-in (no --cond given)"
+        ctx, cond_note = checks.random_conditioning(cfg.text_dim, args.seed), "seeded random stand-in (no --cond given)"
         if is_main:
             print("no --cond given: using a seeded random stand-in for the text conditioning")
     runner = CausalRunner(model, parallel=parallel)

@@ -1,15 +1,18 @@
-"""Which model family a checkpoint file holds, from its safetensors header alone (no tensor is read).
+"""Which model family a checkpoint holds, from its safetensors header or its config.json alone (no tensor is read).
 
 The loaders differ by family (Wan2.1's ``checkpoint.load_checkpoint``, Matrix-Game 2.0's
-``matrix_game.checkpoint.load_matrix_game``); the command line and the loader node ask here which one to call.
-Matrix-Game 2.0 is released as safetensors only, so a torch file is read as Wan's.
+``matrix_game.checkpoint.load_matrix_game``, LingBot-World 2.0's ``lingbot.checkpoint.load_lingbot``); the command
+line and the loader node ask here which one to call. Matrix-Game 2.0 is released as safetensors only, so a torch file
+is read as Wan's; LingBot-World 2.0 as a ``from_pretrained`` folder (config.json naming ``WanModelFast`` beside its
+safetensors shards), named by the folder or any of its weights files, or as its shards on their own, recognised by
+their camera layers.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .family_keys import is_matrix_game
+from .family_keys import is_matrix_game, lingbot_files
 from .raw import SAFETENSORS_SUFFIXES, check_regular_file
 from .safetensors_reader import read_header
 from .wan_checkpoint import checkpoint_errors
@@ -23,3 +26,9 @@ def is_matrix_game_file(path) -> bool:
     with checkpoint_errors(p):
         size = check_regular_file(p)
         return is_matrix_game(read_header(p, size).tensors)
+
+
+def is_lingbot(path) -> bool:
+    """Whether ``path`` is a LingBot-World 2.0 model: its folder (or the release's root holding one), a file of its
+    folder, or its shards on their own (``family_keys.lingbot_files``)."""
+    return lingbot_files(path) is not None

@@ -16,10 +16,11 @@ from ..caches.base import KVCache
 from ..caches.cache_set import CacheSet
 from ..errors import FastARError
 from ..model.block_forward import BlockForward
-from ..model.rope import grid_positions
+from ..model.rope import chunk_positions
 from .attention import DenseAttention, PassInfo
 from .family import ModelFamily, family_for
 from .parallel import SequenceParallel
+from .step_graphs import StepGraphs
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ class CausalRunner:
         self.dtype = dtype or model.blocks[0].self_attn.q.weight.dtype
         # A host that offloads weights (ComfyUI's partial loading) says where activations belong.
         self.device = torch.device(device) if device is not None else model.blocks[0].self_attn.q.weight.device
+        # On CUDA: capture a chunk's denoising forward in a CUDA graph at its first pass and replay it for the
+        # others (step_graphs.py). Off until measured on the GPUs users run.
+        self.cuda_graphs = False
+        self.step_graphs = StepGraphs()
 
     @property
     def num_layers(self) -> int:
@@ -163,7 +168,21 @@ class CausalRunner:
         and values are written to the cache (the clean pass); ``need_output=False`` then skips the head.
         ``text`` is the context state of the pass; a family that reads more per pass (image latents, actions)
         finds the rollout's ``Conditioning`` on it (``TextState.cond``).
+
+        With ``cuda_graphs`` on a CUDA device, a denoising pass is replayed from the chunk's captured graph where
+        its host-side state is the captured one (``step_graphs.py``).
         """
+        if not commit and need_output and cache is not None and self.captures_steps():
+            key = (tuple(x.shape), info.frame_start, info.num_frames, tuple(info.frame_steps or ()), id(text),
+                   id(cache), tuple(cache.versions), self.attention.graph_key(info))
+            return self.step_graphs.run(key, lambda xs, ts: self._forward(xs, ts, text, cache, info), x, timesteps)
+        return self._forward(x, timesteps, text, cache, info, commit, need_output)
+
+    def captures_steps(self) -> bool:
+        """Whether denoising passes go through ``step_graphs``: asked for, on CUDA, with attention that allows it."""
+        return (self.cuda_graphs and self.device.type == "cuda" and getattr(self.attention, "capturable", False))
+
+    def _forward(self, x, timesteps, text, cache, info, commit=False, need_output=True):
         g = self.geometry
         B, _, F, H, W = x.shape
         gh, gw = self.grid_hw(H, W)
@@ -202,7 +221,7 @@ class CausalRunner:
         with each entry. The frame grid (t absolute, h and w on the screen); a runner whose model places tokens
         otherwise (the demo's steered world: on its map) overrides this, keeping t the absolute frame, which the
         caches evict and rewind by."""
-        return grid_positions(frame_start, num_frames, grid_h, grid_w, device=self.device)
+        return chunk_positions(frame_start, num_frames, grid_h, grid_w, self.device)
 
     def _block(self, i, blk, x, e0, positions, text, cache, info, commit, skip_tail=False):
         F = e0.shape[1]
@@ -220,7 +239,7 @@ class CausalRunner:
             return x
         if sp is not None:  # back to every head of this rank's tokens
             y = sp.tokens_from_heads(y, F)
-        x, cq = pieces.after_self_attention(blk, x, y, gate1, heads)
+        x, cq = self.family.after_self_attention(self, i, blk, x, y, gate1, text, info)
         y = self.attention.cross_attention(i, cq, text.k[i], text.v[i], info)
         return self.family.block_tail(self, i, blk, x, y, shift2, scale2, gate2, text, cache, info, commit)
 

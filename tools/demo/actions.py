@@ -134,7 +134,7 @@ class ActionRunner(CausalRunner):
 
     def __init__(self, model, encoder: ActionEncoder, tracks: list[Track], attention=None,
                  moved_reference: bool = False, map_positions: bool = False, **kw):
-        self.map_rope = MapRoPE(encoder.map_patches) if map_positions else None
+        self.map_rope = MapRoPE(encoder.map_patches, model.config.head_dim) if map_positions else None
         super().__init__(model, attention=attention, **kw)
         self.encoder = encoder
         self.tracks = tracks
@@ -149,7 +149,7 @@ class ActionRunner(CausalRunner):
     def attention(self, value) -> None:
         # The sampler's builder hands the runner a dense or a FAST-AR attention; either rotates by the map.
         if self.map_rope is not None:
-            value.rope_tables = self.map_rope
+            value.own_rope = self.map_rope
         self._attention = value
 
     def token_positions(self, frame_start: int, num_frames: int, grid_h: int, grid_w: int) -> torch.Tensor:

@@ -36,27 +36,27 @@ def map_cycles(pairs: int, map_patches: int) -> tuple[int, ...]:
 
 
 class MapRoPE:
-    """cos/sin tables ``[..., L, head_dim / 2]`` for positions ``[..., L, 3]`` (t, map row, map column): the time
-    pairs unrotated, each spatial pair at a whole number of cycles per map. A drop-in for ``rope_cos_sin`` in the
-    attention (``DenseAttention.rope_tables``)."""
+    """cos/sin of positions ``[..., L, 3]`` (t, map row, map column) for a head dim: the time pairs unrotated, each
+    spatial pair at a whole number of cycles per map. The attention's tables in place of Wan's
+    (``DenseAttention.own_rope``); the tables are built once per device."""
 
-    def __init__(self, map_patches: int):
-        self.map_patches = map_patches
-        self._tables: dict = {}  # (head_dim, device) -> (cos [M, pairs], sin [M, pairs]) per axis position
+    def __init__(self, map_patches: int, head_dim: int):
+        self.map_patches, self.head_dim = map_patches, head_dim
+        self._tables: dict = {}  # device -> (cos [M, pairs], sin [M, pairs]) per axis position
 
-    def _axis_tables(self, head_dim: int, device) -> tuple:
-        key = (head_dim, str(device))
+    def _axis_tables(self, device) -> tuple:
+        key = str(device)
         if key not in self._tables:
-            _, pairs, _ = rope_axes(head_dim)
+            _, pairs, _ = rope_axes(self.head_dim)
             m = self.map_patches
             freq = torch.tensor(map_cycles(pairs, m), dtype=torch.float64) * (2 * math.pi / m)
             angles = torch.arange(m, dtype=torch.float64)[:, None] * freq
             self._tables[key] = (torch.cos(angles).float().to(device), torch.sin(angles).float().to(device))
         return self._tables[key]
 
-    def __call__(self, positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-        t_pairs, _, _ = rope_axes(head_dim)
-        cos_m, sin_m = self._axis_tables(head_dim, positions.device)
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t_pairs, _, _ = rope_axes(self.head_dim)
+        cos_m, sin_m = self._axis_tables(positions.device)
         rows = torch.remainder(positions[..., 1].long(), self.map_patches)
         cols = torch.remainder(positions[..., 2].long(), self.map_patches)
         still = torch.zeros(*positions.shape[:-1], t_pairs, device=positions.device)

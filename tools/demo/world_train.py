@@ -39,7 +39,7 @@ from .actions import (
 )
 from .data import clip_seed, step_generator
 from .map_rope import POSITIONS, MapRoPE, map_positions
-from .settings import FRAME_HW, WORLD_FRAMES_PER_BLOCK, WORLD_MODEL_CONFIG, WORLD_SAMPLER
+from .settings import FRAME_HW, WORLD_FRAMES_PER_BLOCK, WORLD_KIND, WORLD_MODEL_CONFIG, WORLD_SAMPLER
 from .steer_world import (
     MAP_SIZE,
     STEP,
@@ -56,7 +56,6 @@ from .teacher_forcing import TeacherForcingAttention, TeacherForcingForward, spl
 from .train import Trainer, TrainRecipe
 
 WORLD_PROMPT = "a calm and quiet textured background"
-WORLD_KIND = "steer"
 
 
 # Share of training clips per kind of path. Today's random runs rarely come back; the others do.
@@ -159,7 +158,7 @@ class MapTeacherForcingAttention(TeacherForcingAttention):
                  device="cpu"):
         super().__init__(num_frames, frames_per_block, grid_hw, head_dim, device=device)
         self.grid_hw, self.head_dim = grid_hw, head_dim
-        self.rope = MapRoPE(map_patches)
+        self.rope = MapRoPE(map_patches, head_dim)
         self.clean, self.noisy = split_frames(num_frames, frames_per_block)
         tpf = grid_hw[0] * grid_hw[1]
         n_clean, chunk = len(self.clean) * tpf, frames_per_block * tpf
@@ -179,7 +178,7 @@ class MapTeacherForcingAttention(TeacherForcingAttention):
             map_positions(cam[self.clean.start:self.clean.stop], self.clean.start, self.grid_hw, m),
             map_positions(cam[self.noisy.start:self.noisy.stop], self.noisy.start, self.grid_hw, m)])
             for cam in cameras.to(self.mask.device)])
-        cos, sin = self.rope(positions, self.head_dim)
+        cos, sin = self.rope.cos_sin(positions)
         self.cos, self.sin = cos[:, None], sin[:, None]  # [B, 1, L, pairs]: one table per clip, shared by heads
 
     def self_attention(self, layer, q, k, v, positions, view, info):
