@@ -329,6 +329,9 @@ def _dispatch(argv: list) -> int:
         return run_generate(args)
     if args.command == "play":
         command_checks.check_play(args)
+        # Said before the imports and the model load, which take many seconds on a loaded machine.
+        print(f"fastar play: starting (loading {args.weights or 'the bundled world model'}, then serving on "
+              f"127.0.0.1:{args.port or 'a free port'})", flush=True)
         from .play import run_play
 
         try:

@@ -270,7 +270,6 @@ def run_play(weights=None, port: int = 8765, map_seed: int = 1, seed: int = 0, m
     from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 
     path = Path(weights) if weights else WEIGHTS_DIR / WORLD_WEIGHTS_FILE
-    print(f"fastar play: starting (loading {path.name}, then serving on {HOST}:{port or 'a free port'})", flush=True)
     demo = load_demo_model(path)
     if not demo.is_world:
         raise FastARError(f"{path}: not a steered-world model; train one with `fastar train-demo --world steer`")

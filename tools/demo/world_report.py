@@ -182,6 +182,14 @@ def write_world_report(out_dir, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, n
     out_dir = Path(out_dir)
     demo = load_demo_model(out_dir / WEIGHTS_FILE)
     cases, bands = run_world_bar(demo, seeds, frames, log=log, band_draws=band_draws)
+    return write_world_evaluation(out_dir, cases, bands, seeds, frames, notes)
+
+
+def write_world_evaluation(out_dir, cases, bands: dict, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES,
+                           notes: str = "") -> dict:
+    """``world_eval.json``, the frame sheet, the loss plot and the card from the world bar's ``cases`` and
+    ``bands`` (``run_world_bar``'s, possibly gathered from runs over parts of the seeds)."""
+    out_dir = Path(out_dir)
     evaluation = {"frames": frames, "seeds": list(seeds), "bar": BAR, "pass_seeds": PASS_SEEDS, "judged": JUDGED,
                   "min_gap": MIN_GAP, "bands": {str(s): b for s, b in bands.items()}, "passes": passes(cases),
                   "failed_checks": failed_checks(cases),
