@@ -95,19 +95,3 @@ def test_generate_refuses_a_world_checkpoint_without_actions_or_with_another_var
     save_file({"context": torch.zeros(1, 4, 8)}, str(cond))
     assert main(args + ["--actions", str(drive), "--cond", str(cond)]) == 2
     assert "a Matrix-Game 2.0 checkpoint takes no text" in capsys.readouterr().err
-
-
-def test_fastar_play_says_it_is_starting_before_it_loads_anything(monkeypatch, capsys):
-    import comfyui_fastar.tools.play as play
-    from comfyui_fastar.tools.cli import main as fastar_main
-
-    said = []
-
-    def fake_run_play(weights, **kw):
-        said.append(capsys.readouterr().out)  # what was printed before the model load began
-        return 0
-
-    monkeypatch.setattr(play, "run_play", fake_run_play)
-    assert fastar_main(["play", "--port", "0"]) == 0
-    assert said and said[0].startswith("fastar play: starting (loading the bundled world model, then serving on "
-                                       "127.0.0.1:a free port)")

@@ -203,3 +203,47 @@ def test_the_demo_labels_its_panes_and_finds_where_the_live_cache_stops_growing(
     assert live_plateau(rows([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10]))["plateau_from_frame"] is None  # still growing
     flat = live_plateau(rows([1, 2, 4, 4, 4, 4, 4, 4, 4, 4, 4]))
     assert flat["plateau_from_frame"] == 3 and flat["live_mib_max"] == round(4 / 2**20, 3)
+
+
+def test_the_world_memory_bench_compares_merging_and_dropping_at_the_same_memory_on_returning_views(tmp_path):
+    import json
+
+    from comfyui_fastar.tools.bench.world_memory import MODES, run_world_memory
+
+    # 48 frames: the bar's 40-frame loop comes back from frame 41 on, further back than the 21-frame window reaches.
+    report = run_world_memory(tmp_path, frames=48, seeds=[1], log=lambda _: None)
+    assert json.loads((tmp_path / "world_memory.json").read_text())["summary"].keys() == set(MODES)
+    assert (tmp_path / "world_memory.png").stat().st_size > 0
+    rows = {name: report["per_seed"][name][0] for name in MODES}
+    assert all(r["returns"]["views"] > 0 and r["returns"]["min_gap"] >= 22 for r in rows.values())
+    assert rows["dense-global"]["plateau_from_frame"] is None  # it keeps every frame
+    assert "groups are places" in report["modes"]["tempcache"] and "places" not in report["modes"]["tempcache-content"]
+    # The bounded modes hold the same 21 frames: TempCache's groups never outnumber the window's slots.
+    assert rows["tempcache"]["live_mib_max"] <= rows["dense-window"]["live_mib_max"] * 1.01
+    assert 0 <= report["tempcache_over_window_seeds"] <= 1
+
+
+def test_fastar_play_says_it_is_starting_before_it_loads_anything(monkeypatch, capsys):
+    import comfyui_fastar.tools.play as play
+    from comfyui_fastar.tools.cli import main as fastar_main
+
+    said = []
+
+    def fake_run_play(weights, **kw):
+        said.append(capsys.readouterr().out)  # what was printed before the model load began
+        return 0
+
+    monkeypatch.setattr(play, "run_play", fake_run_play)
+    assert fastar_main(["play", "--port", "0"]) == 0
+    assert said and said[0].startswith("fastar play: starting (loading the bundled world model, then serving on "
+                                       "127.0.0.1:a free port)")
+
+
+def test_bench_world_memory_refuses_a_bad_map_seed_list_and_map_seeds_elsewhere(tmp_path, capsys):
+    from comfyui_fastar.tools.cli import main as fastar_main
+
+    assert fastar_main(["bench", "world-memory", "--out", str(tmp_path / "a"), "--map-seeds", "1,x"]) != 0
+    assert "--map-seeds: 'x' is not a map seed" in capsys.readouterr().err
+    assert fastar_main(["bench", "rollout", "--out", str(tmp_path / "b"), "--map-seeds", "1"]) != 0
+    assert "--map-seeds is for bench world-memory, not rollout" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

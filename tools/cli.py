@@ -122,6 +122,8 @@ def build_parser():
     p.add_argument("--weights", default=None, help="--model world and world-memory: a steered-world .safetensors "
                                                     "(default: the bundled world model)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
+    p.add_argument("--map-seeds", default=None, help="world-memory: comma-separated maps (default the world bar's "
+                                                      "1,2,3,4,5,6)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "

@@ -176,6 +176,14 @@ def check_bench(args) -> None:
         check_world_weights(args.weights)
     elif args.weights is not None:
         raise FastARError("--weights is for --model world and bench world-memory")
+    if args.map_seeds is not None:
+        if args.what != "world-memory":
+            raise FastARError(f"--map-seeds is for bench world-memory, not {args.what}")
+        for item in args.map_seeds.split(","):
+            if not item.strip().isdigit():
+                raise FastARError(f"--map-seeds: {item!r} is not a map seed; valid: whole numbers 0..2^31-1, "
+                                  "comma-separated")
+            check_count("--map-seeds", int(item), 0, 2**31 - 1)
     check_folder("--out", args.out)
 
 

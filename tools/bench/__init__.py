@@ -53,7 +53,8 @@ def run_bench(args) -> int:
     elif args.what == "world-memory":
         from .world_memory import run_world_memory
 
-        run_world_memory(out, weights=args.weights, frames=args.frames, seed=args.seed)
+        seeds = [int(s) for s in args.map_seeds.split(",")] if args.map_seeds else None
+        run_world_memory(out, weights=args.weights, frames=args.frames, seeds=seeds, seed=args.seed)
     elif args.what == "matcher":
         from .matcher import run_matcher_bench
 

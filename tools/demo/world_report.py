@@ -163,7 +163,7 @@ def _design(meta: dict) -> str:
         "embedding and no moved reference, so the keys a place leaves depend on what is there, not on how the "
         "camera came. The engine keeps (t, h, w) per cache entry as for every model: t stays the frame (the caches "
         "evict, rewind and keep their sink by it), h and w are the map row and column (`ActionRunner."
-        "token_positions`), and the attention rotates by the map's tables (`DenseAttention.rope_tables`).",
+        "token_positions`), and the attention rotates by the map's tables (`DenseAttention.own_rope`).",
         "**TempCache's groups are places.** With `same_place` a key may join only a group at its own (h, w), so a "
         "group is one place and a view that returns merges into the group of that place. At 21 frames' capacity "
         "(756 slots, 108 of them the 3-frame sink) TempCache can hold every one of the map's 576 places; a window "
