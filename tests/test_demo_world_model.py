@@ -197,7 +197,9 @@ def _rewritten(tmp_path, name, keep_channels=None, inputs="keep", positions="kee
         demo["world"].pop("positions", None)  # map positions come with the moved reference frame
     elif inputs != "keep":
         demo["world"]["inputs"] = inputs
-    if positions != "keep":
+    if positions is None:
+        demo["world"].pop("positions", None)
+    elif positions != "keep":
         demo["world"]["positions"] = positions
     metadata["demo"] = json.dumps(demo)
     path = tmp_path / name

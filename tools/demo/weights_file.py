@@ -63,6 +63,13 @@ def _sigmas() -> Kind:
                 f"a decreasing list of 1..{MAX_STEPS} numbers in (0, 1] (or timesteps in (1, 1000])")
 
 
+def _path_shares() -> Kind:
+    share = number(0, 1)
+    return Kind(lambda v: isinstance(v, dict) and len(v) <= 16 and all(text(64).fits(k) and share.fits(x)
+                                                                       for k, x in v.items()),
+                "an object of up to 16 path kinds, each a share in [0, 1]")
+
+
 def _map_size() -> Kind:
     return Kind(lambda v: whole(VIEW_SIZE, 64 * MAP_SIZE).fits(v) and v % STEP == 0,
                 f"a multiple of {STEP} in {VIEW_SIZE}..{64 * MAP_SIZE:,} (pixels per side of the map)")
@@ -102,6 +109,9 @@ DEMO_FIELDS = (
     Field("world.inputs", one_of(REFERENCE_INPUT), "what the model reads beside its frame; left out: keys only",
           required=False),
     Field("world.positions", one_of(POSITIONS), "rotary positions are places on the map; left out: on the screen",
+          required=False),
+    Field("world.path_kinds", _path_shares(), "the training paths' kinds and shares", required=False),
+    Field("world.long_return_gap", list_of(whole(1, 100_000), 2, 2), "frames before a long return, [least, most]",
           required=False),
 )
 
