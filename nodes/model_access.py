@@ -82,8 +82,8 @@ class ARModel:
     def runner(self) -> CausalRunner:
         # With partial loading some weights stay offloaded (ComfyUI casts them per call), so the device of the
         # first weight is not where activations belong: use the patcher's load device.
-        return CausalRunner(self.diffusion_model, dtype=self.dtype, device=self.device,
-                            compile_kwargs=self.compile_kwargs, family=self.family)
+        return self.family.make_runner(self.diffusion_model, dtype=self.dtype, device=self.device,
+                                       compile_kwargs=self.compile_kwargs)
 
 
 def diffusion_model_of(patcher):

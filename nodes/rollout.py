@@ -35,7 +35,7 @@ def run_rollout(request: RolloutRequest, host) -> RolloutOutcome:
                                            request.schedule)
     batch, items, start_noise = request.batch, request.items, request.start_noise
     runner = model.runner()
-    sampler = build_sampler(runner, engine.fastar)
+    sampler = build_sampler(runner, engine.fastar, rope_max_distance=model.family.rope_max_distance)
     plan = request.plan()
     n_chunks = len(plan.chunks)
     per_video = plan.total_forwards

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from comfyui_fastar.tools.demo.model import load_demo_model
-from comfyui_fastar.tools.demo.steer_world import STEP
+from comfyui_fastar.fastar_core.families.demo.steer_world import STEP
+from comfyui_fastar.tools.demo.bundled import load_demo_model
 from comfyui_fastar.tools.demo.train_command import train_demo
 from comfyui_fastar.tools.play import HOST, PlaySession, key_to_action, serve
 
@@ -146,7 +146,7 @@ def test_a_real_browser_steers_the_view_with_the_arrow_keys(server):
 
 def test_fastar_play_refuses_bad_options_and_a_model_that_is_not_a_world_model(tmp_path, capsys):
     from comfyui_fastar.tools.cli import main as fastar_main
-    from comfyui_fastar.tools.demo.model import default_weights_path
+    from comfyui_fastar.tools.demo.bundled import default_weights_path
 
     assert fastar_main(["play", "--port", "70000"]) != 0
     assert "--port 70000 is invalid; valid: 0..65,535" in capsys.readouterr().err

@@ -31,8 +31,8 @@ def world_scenario(demo, track, truth) -> Scenario:
 
 
 def run_world_demo(out: Path, weights, frames: int = 240, seed: int = 0, map_seed: int = 1) -> int:
-    from .demo.model import load_demo_model
-    from .demo.steer_world import make_map, render_track
+    from ..fastar_core.families.demo.steer_world import make_map, render_track
+    from .demo.bundled import load_demo_model
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -106,9 +106,9 @@ REVISIT_AWAY = 12  # patches: the path returns to each place after 2 * 12 + 2 = 
 def revisit_scenario(weights, frames: int, device="cpu", map_seed: int = 1) -> Scenario:
     """The world model on ``revisit_path``: out of view and back, again and again. ``notes["revisit"]`` scores a
     rollout's latent (start chunk included) on the frames that return to a place seen before."""
-    from .demo.model import load_demo_model
+    from ..fastar_core.families.demo.steer_world import make_map, render_track, revisit_path, track_from_actions
+    from .demo.bundled import load_demo_model
     from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
-    from .demo.steer_world import make_map, render_track, revisit_path, track_from_actions
     from .demo.world_eval import revisit_scores
 
     demo = load_demo_model(weights or WEIGHTS_DIR / WORLD_WEIGHTS_FILE, device=device)

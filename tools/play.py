@@ -47,7 +47,7 @@ class PlaySession:
     """One live rollout at a time: keys in, frames out. ``start`` (re)starts generation in a thread."""
 
     def __init__(self, demo, map_seed: int = 1, seed: int = 0, max_frames: int = 1200, max_fps: float = 30.0):
-        from .demo.steer_world import MAP_SIZE, STEP, make_map
+        from ..fastar_core.families.demo.steer_world import MAP_SIZE, STEP, make_map
 
         self.demo = demo
         self.world = make_map(map_seed)
@@ -122,9 +122,9 @@ class PlaySession:
                 self.error = f"{type(e).__name__}: {e}"
 
     def _rollout(self, stop: threading.Event) -> None:
+        from ..fastar_core.families.demo.steer_world import render_track, track_from_actions
         from ..fastar_core.rollout.engine import build_sampler
         from ..fastar_core.rollout.sampler import ARSampler
-        from .demo.steer_world import render_track, track_from_actions
 
         demo = self.demo
         fpb = demo.frames_per_block
@@ -185,7 +185,7 @@ class PlaySession:
 
 
 def _slice(track, start: int, end: int):
-    from .demo.steer_world import Track
+    from ..fastar_core.families.demo.steer_world import Track
 
     return Track(track.actions[start:end], track.positions[start:end], track.map_patches)
 
@@ -266,7 +266,7 @@ def serve(session: PlaySession, port: int = 0) -> ThreadingHTTPServer:
 def run_play(weights=None, port: int = 8765, map_seed: int = 1, seed: int = 0, mode: str = "fastar",
              max_fps: float = 30.0) -> int:
     from ..fastar_core.errors import FastARError
-    from .demo.model import load_demo_model
+    from .demo.bundled import load_demo_model
     from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 
     path = Path(weights) if weights else WEIGHTS_DIR / WORLD_WEIGHTS_FILE

@@ -1,4 +1,5 @@
-"""Model families that change Wan's block or inputs, a folder each: ``matrix_game`` (Matrix-Game 2.0).
+"""Model families that change Wan's block or inputs, a folder each: ``matrix_game`` (Matrix-Game 2.0), ``demo`` (the
+bundled demo models; its steered world is a family).
 
 A family subclasses ``forward.family.ModelFamily`` and registers itself on import; this package imports every
 shipped family, and ``fastar_core`` imports this package, so ``family_for`` knows them all.
@@ -6,4 +7,5 @@ shipped family, and ``fastar_core`` imports this package, so ``family_for`` know
 Imports: every other room (a family's loader reads through ``files``, its rollout settings are ``rollout``'s).
 """
 
+from .demo import family as demo_family  # noqa: F401 - registers the family
 from .matrix_game import family as matrix_game_family  # noqa: F401 - registers the family

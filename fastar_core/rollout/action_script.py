@@ -24,6 +24,9 @@ action names of its benchmark conditions), so a script means what the model was 
 - gta_drive: W forward, S back (keyboard, 2 columns); A, D steer left, right (mouse yaw, by ``mouse_step``).
 - templerun: Q no move, W jump, S slide, Z turn left, C turn right, A left side, D right side (keyboard, 7 columns,
   one action at a time; no key held is Q, the model's own "no move"); no mouse.
+- demo_world (the bundled demo world, ``fastar_core/families/demo``): W up, S down, A left, D right, one at a time,
+  Q (or no key) holds the camera still; no mouse. Its latent is the video itself, so it takes one action per frame
+  (``time_stride`` 1) and its ``fps`` defaults to 16, the demo's video rate.
 
 ``mouse`` gives [pitch, yaw] per frame directly instead of camera or steering keys. ``mouse_step`` (default 0.1,
 the reference's camera value) is the per-frame move of those keys. ``fps`` (default 12, the rate the reference
@@ -69,6 +72,11 @@ class Variant:
     has_mouse: bool
     one_at_a_time: bool = False
     idle_letter: str | None = None  # the key that means "no move" when none is held
+    # video frames per latent frame after the first: 4 through Wan's VAE, 1 where the latent is the video (demo)
+    time_stride: int = VAE_TEMPORAL
+    default_fps: float = DEFAULT_FPS
+    # the letters a browser's ArrowUp, ArrowDown, ArrowLeft, ArrowRight press (live play), if any
+    arrows: tuple = ()
 
     @property
     def keyboard_dim(self) -> int:
@@ -91,15 +99,20 @@ VARIANTS = {
         Key("W", "forward", 0), Key("S", "back", 1), Key("A", "left", 2), Key("D", "right", 3),
         Key("I", "camera_up", mouse=(1.0, 0.0)), Key("K", "camera_down", mouse=(-1.0, 0.0)),
         Key("J", "camera_l", mouse=(0.0, -1.0)), Key("L", "camera_r", mouse=(0.0, 1.0)),
-    ), has_mouse=True),
+    ), has_mouse=True, arrows=("I", "K", "J", "L")),
     "gta_drive": Variant("gta_drive", (
         Key("W", "forward", 0), Key("S", "back", 1),
         Key("A", "camera_l", mouse=(0.0, -1.0)), Key("D", "camera_r", mouse=(0.0, 1.0)),
-    ), has_mouse=True),
+    ), has_mouse=True, arrows=("W", "S", "A", "D")),
     "templerun": Variant("templerun", (
         Key("Q", "nomove", 0), Key("W", "jump", 1), Key("S", "slide", 2), Key("Z", "turnleft", 3),
         Key("C", "turnright", 4), Key("A", "leftside", 5), Key("D", "rightside", 6),
-    ), has_mouse=False, one_at_a_time=True, idle_letter="Q"),
+    ), has_mouse=False, one_at_a_time=True, idle_letter="Q", arrows=("W", "S", "Z", "C")),
+    # The bundled demo world (fastar_core/families/demo): a camera moved one patch a frame, or held still (Q).
+    "demo_world": Variant("demo_world", (
+        Key("Q", "none", 0), Key("W", "up", 1), Key("S", "down", 2), Key("A", "left", 3), Key("D", "right", 4),
+    ), has_mouse=False, one_at_a_time=True, idle_letter="Q", time_stride=1, default_fps=16.0,
+        arrows=("W", "S", "A", "D")),
 }
 
 
@@ -143,7 +156,7 @@ class ActionScript:
     def to_tensors(self, pixel_frames: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(keyboard [pixel_frames, keys], mouse [pixel_frames, 2] or None), float32: each entry's actions from
         its frame until the next entry's. Entries at or past the end are left out (``unused``)."""
-        check_pixel_frames(pixel_frames)
+        check_pixel_frames(pixel_frames, stride=self.spec.time_stride)
         keyboard = torch.zeros(pixel_frames, self.spec.keyboard_dim)
         mouse = torch.zeros(pixel_frames, 2) if self.spec.has_mouse else None
         for i, entry in enumerate(self.entries):
@@ -205,11 +218,12 @@ def _exact(x: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def check_pixel_frames(pixel_frames, what: str = "pixel_frames") -> int:
+def check_pixel_frames(pixel_frames, what: str = "pixel_frames", stride: int = VAE_TEMPORAL) -> int:
+    """A video's frame count: ``1 + stride (T - 1)`` for ``T`` latent frames (any count where ``stride`` is 1)."""
     if isinstance(pixel_frames, bool) or not isinstance(pixel_frames, int) or pixel_frames < 1 \
-            or (pixel_frames - 1) % VAE_TEMPORAL:
-        raise FastARError(f"{what} {pixel_frames!r}: actions cover a video of 1 + 4(T - 1) frames for T latent "
-                          "frames (1, 5, 9, ...)")
+            or (pixel_frames - 1) % stride:
+        raise FastARError(f"{what} {pixel_frames!r}: actions cover a video of 1 + {stride}(T - 1) frames for T "
+                          f"latent frames ({', '.join(str(1 + stride * t) for t in range(3))}, ...)")
     return pixel_frames
 
 
@@ -221,7 +235,7 @@ def _finite_number(value, what: str) -> float:
 
 def check_variant(value, what: str) -> str:
     if value not in VARIANTS:
-        raise FastARError(f"{what}: variant {value!r} is not a Matrix-Game 2.0 variant; valid: "
+        raise FastARError(f"{what}: variant {value!r} is not a world model's variant; valid: "
                           f"{', '.join(VARIANTS)}")
     return value
 
@@ -272,7 +286,7 @@ def parse_script(data, what: str = "action script", entry_names: list[str] | Non
     if "variant" not in data:
         raise FastARError(f"{what}: no variant; name the model's variant ({', '.join(VARIANTS)}): its keys differ")
     variant = check_variant(data["variant"], what)
-    fps = _finite_number(data.get("fps", DEFAULT_FPS), f"{what}: fps")
+    fps = _finite_number(data.get("fps", VARIANTS[variant].default_fps), f"{what}: fps")
     if not 0 < fps <= MAX_FPS:
         raise FastARError(f"{what}: fps {fps:g} is out of range; valid: more than 0, at most {MAX_FPS:g}")
     step = _finite_number(data.get("mouse_step", DEFAULT_MOUSE_STEP), f"{what}: mouse_step")
@@ -429,7 +443,7 @@ def script_from_tensors(keyboard: torch.Tensor, mouse: torch.Tensor | None, vari
         raise FastARError(f"{what}: keyboard has shape {list(keyboard.shape)}; {variant} takes [frames, "
                           f"{spec.keyboard_dim}]")
     frames = keyboard.shape[0]
-    check_pixel_frames(frames, f"{what}: keyboard frames")
+    check_pixel_frames(frames, f"{what}: keyboard frames", spec.time_stride)
     if spec.has_mouse != (mouse is not None):
         raise FastARError(f"{what}: {variant} {'takes' if spec.has_mouse else 'has no'} mouse actions")
     if mouse is not None and tuple(mouse.shape) != (frames, 2):

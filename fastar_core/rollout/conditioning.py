@@ -3,7 +3,8 @@
 Wan2.1 text-to-video reads the prompts only. Image-conditioned families join latent channels to the noisy input
 of every frame (``concat``: Matrix-Game 2.0's 4-channel first-frame mask and the start image's 16-channel VAE
 latent, ``[B, C, T, h, w]`` over the whole rollout) and take their cross-attention context from CLIP-vision
-tokens (``clip``: ``[B, 257, 1280]``). World models add the player's ``actions``. A family says which of these it
+tokens (``clip``: ``[B, 257, 1280]``). World models add the player's ``actions`` (the demo world also the camera's
+start ``place``). A family says which of these it
 needs (``ModelFamily.check_conditioning``) and reads them per pass.
 """
 
@@ -24,6 +25,7 @@ class Conditioning:
     concat: torch.Tensor | None = None  # [B, C, T, h, w] channels joined to the noisy latent, frame by frame
     clip: torch.Tensor | None = None  # [B, tokens, clip_dim] CLIP-vision features: the cross-attention context
     actions: Actions | None = None  # keyboard / mouse per pixel frame
+    place: tuple | None = None  # the demo world's camera start on its map: (x, y) in patches
 
     @classmethod
     def coerce(cls, value) -> Conditioning:

@@ -29,7 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..demo.steer_world import LANDMARK_SPACING, STEP, VIEW_SIZE, WorldMap, make_map, render_track, wrapped_distance
+from ...fastar_core.families.demo.steer_world import (
+    LANDMARK_SPACING,
+    STEP,
+    VIEW_SIZE,
+    WorldMap,
+    make_map,
+    render_track,
+    wrapped_distance,
+)
 from ..demo.world_eval import BAR, no_collapse, spread_ratios
 from ..demo.world_report import WORLD_FRAMES, WORLD_SEEDS, bar_track
 from .report import machine, write_json

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ...fastar_core.families.demo.text import TEXT_DIM, TEXT_LEN
 from ...fastar_core.model.wan_config import WanConfig
-from .text import TEXT_DIM, TEXT_LEN
 from .world import CHANNELS, FRAME_SIZE
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"

@@ -1,4 +1,5 @@
-"""The bundled weights file: one fp16 safetensors holding the video model and its text encoder.
+"""Writing the bundled weights file: one fp16 safetensors holding the video model and its text encoder (read back by
+``fastar_core/families/demo/model.py``).
 
 The video model's keys carry ComfyUI's bundle prefix (``model.diffusion_model.``), which the engine's
 checkpoint loader strips, so ``load_wan_model`` and ``fastar info`` read the file as any Wan checkpoint; the text
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import torch
 
+from ...fastar_core.families.demo.text import STATE_PREFIX
 from .settings import MODEL_PREFIX
-from .text import STATE_PREFIX
 
 
 def save_demo_weights(model, text_encoder, path, demo_metadata: dict, dtype=torch.float16,
@@ -32,15 +33,3 @@ def save_demo_weights(model, text_encoder, path, demo_metadata: dict, dtype=torc
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp), metadata=metadata)
     tmp.replace(path)  # a run stopped mid-write never leaves a truncated file behind
-
-
-def read_text_encoder_state(path, prefix: str = STATE_PREFIX) -> dict:
-    """The text encoder's tensors (or those under another ``prefix``), read through the engine's checked loader
-    (only those tensors are read)."""
-    from ...fastar_core.files.raw import read_raw
-    from ...fastar_core.files.wan_checkpoint import checkpoint_errors
-
-    path = Path(path)
-    with checkpoint_errors(path):
-        tensors, _ = read_raw(path, before_load=lambda infos, _: [k for k in infos if k.startswith(prefix)])
-    return {k[len(prefix):]: v for k, v in tensors.items()}

@@ -15,10 +15,10 @@ import textwrap
 import time
 from pathlib import Path
 
+from ...fastar_core.families.demo.steer_world import MAP_SIZE, STEP, make_map, scripted_path, track_from_actions
 from ..outputs import strict_json
 from .report import _parameter_count, _plt, plot_loss
 from .settings import WEIGHTS_FILE
-from .steer_world import MAP_SIZE, STEP, make_map, scripted_path, track_from_actions
 from .world_eval import BAR, evaluate_world, world_rollout
 
 WORLD_SEEDS = (1, 2, 3, 4, 5, 6)
@@ -114,7 +114,7 @@ def _sampler(meta: dict) -> str:
 
 
 def _conditioning_text(meta: dict) -> str:
-    from .actions import REFERENCE_INPUT
+    from ...fastar_core.families.demo.actions import REFERENCE_INPUT
 
     keys = ("Per frame, one embedding of (the key, the shift in patches since the chunk's reference frame, the map "
             "position as sines and cosines of the wrapping coordinates) is added to the frame's timestep embedding: "
@@ -134,7 +134,7 @@ def _conditioning_text(meta: dict) -> str:
 
 
 def write_world_report(out_dir, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, notes: str = "", log=print) -> dict:
-    from .model import load_demo_model
+    from .bundled import load_demo_model
 
     out_dir = Path(out_dir)
     demo = load_demo_model(out_dir / WEIGHTS_FILE)
@@ -154,7 +154,7 @@ def write_world_report(out_dir, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, n
 
 def write_world_card(out_dir, weights, notes: str = "") -> None:
     """WORLD_MODEL_CARD.md in ``out_dir`` from its ``world_eval.json`` and the metadata of ``weights``."""
-    from .model import load_demo_model
+    from .bundled import load_demo_model
 
     out_dir = Path(out_dir)
     evaluation = json.loads((out_dir / "world_eval.json").read_text())

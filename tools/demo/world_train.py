@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .actions import (
+from ...fastar_core.families.demo.actions import (
     REFERENCE_INPUT,
     STATE_PREFIX,
     ActionEncoder,
@@ -28,9 +28,17 @@ from .actions import (
     moved_reference,
     reference_frames,
 )
+from ...fastar_core.families.demo.steer_world import (
+    MAP_SIZE,
+    STEP,
+    VIEW_SIZE,
+    make_map,
+    random_actions,
+    render_track,
+    track_from_actions,
+)
 from .data import clip_seed, step_generator
 from .settings import FRAME_HW, ROPE_MAX_DISTANCE, WORLD_FRAMES_PER_BLOCK, WORLD_MODEL_CONFIG, WORLD_SAMPLER
-from .steer_world import MAP_SIZE, STEP, VIEW_SIZE, make_map, random_actions, render_track, track_from_actions
 from .teacher_forcing import TeacherForcingForward
 from .train import Trainer, TrainRecipe
 

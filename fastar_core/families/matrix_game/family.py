@@ -15,7 +15,7 @@ from ...forward.family import ModelFamily, register_family
 from .action import action_module
 from .caches import FrameWindowCache
 from .config import CONCAT_CHANNELS, MatrixGameConfig
-from .rollout import default_cache
+from .rollout import FRAMES_PER_BLOCK, default_cache
 
 
 @register_family
@@ -47,6 +47,12 @@ class MatrixGameFamily(ModelFamily):
 
     def own_cache(self):
         return default_cache(self.config)
+
+    def own_rollout(self) -> tuple:
+        return FRAMES_PER_BLOCK, self.config.schedule_name
+
+    def live_variant(self) -> str:
+        return self.config.variant
 
     @property
     def action_layers(self) -> tuple:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from ...fastar_core.forward.runner import CausalRunner
+from ...forward.runner import CausalRunner
 from .steer_world import ACTIONS, STEP, Track
 
 STATE_PREFIX = "action_encoder."

@@ -1,8 +1,9 @@
-"""Loading the bundled demo model, and the small helpers a demo rollout needs.
+"""The bundled demo models' files, loaded: a toy text-to-video model and the steered world.
 
-``load_demo_model()`` returns a ``DemoModel``: the Wan module tree, the text encoder, the world's frame format,
-the recommended rollout settings stored in the weights file, ``encode_prompt`` and ``render_start`` (a rendered
-start chunk to continue from, image-to-video, which is how the demo model is meant to run).
+``load_demo_file(path)`` returns a ``DemoModel``: the Wan module tree, the text encoder, the frame format, the
+recommended rollout settings stored in the weights file, ``encode_prompt``, and for a steered-world file its
+action encoder and ``world_runner``. The files themselves ship with the command line (``tools/demo/weights``,
+``tools/demo/bundled.py`` knows where); the world's node family (``family.py``) loads them from ComfyUI's folders.
 """
 
 from __future__ import annotations
@@ -10,32 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from ...fastar_core.caches import CacheSpec
-from ...fastar_core.errors import FastARError
-from ...fastar_core.files.wan_checkpoint import load_wan_model
-from ...fastar_core.forward.attention import DenseAttention
-from ...fastar_core.forward.runner import CausalRunner
-from ...fastar_core.model.wan_model import WanModel
-from ...fastar_core.rollout.sampler import ARSampler, RolloutConfig, RolloutResult
-from ...fastar_core.rollout.schedule import DenoisingSchedule, custom_schedule, unipc_schedule
-from .settings import WEIGHTS_DIR, WEIGHTS_FILE
+from ...caches import CacheSpec
+from ...errors import FastARError
+from ...files.raw import read_raw
+from ...files.wan_checkpoint import checkpoint_errors, load_wan_model
+from ...forward.attention import DenseAttention
+from ...forward.runner import CausalRunner
+from ...model.wan_model import WanModel
+from ...rollout.sampler import ARSampler, RolloutConfig, RolloutResult
+from ...rollout.schedule import DenoisingSchedule, custom_schedule, unipc_schedule
+from .text import STATE_PREFIX as TEXT_PREFIX
 from .text import PromptEncoder, TextEncoder, Tokenizer
-from .weights_io import read_text_encoder_state
-from .world import Scene, make_scene
-
-
-def default_weights_path() -> Path:
-    return WEIGHTS_DIR / WEIGHTS_FILE
-
-
-@dataclass
-class StartChunk:
-    latents: torch.Tensor  # [1, C, T, H, W] rendered frames in [-1, 1]
-    prompt: str
-    scene: Scene
 
 
 @dataclass
@@ -73,12 +61,6 @@ class DemoModel:
         """``[1, text_len, text_dim]`` conditioning, rows past the prompt exactly zero."""
         return PromptEncoder(self.tokenizer, self.text_encoder)(text).to(self.device)
 
-    def render_start(self, seed: int, frames: int = 3, long_prompt: bool = False) -> StartChunk:
-        """The first ``frames`` frames of the world's scene ``seed`` as latents, with the scene's prompt."""
-        scene = make_scene(seed, self.frame_size[0])
-        latents = scene.render(frames).permute(1, 0, 2, 3)[None].to(self.device)
-        return StartChunk(latents, scene.prompt(long=long_prompt), scene)
-
     def attention(self) -> DenseAttention:
         """The dense reference seam with temporal RoPE distances clamped to the trained span."""
         return DenseAttention(rope_max_distance=self.rope_max_distance)
@@ -93,30 +75,32 @@ class DemoModel:
             context_noise=self.context_noise, channels=self.channels,
         )
 
-    def world_runner(self, tracks: list, attention=None) -> CausalRunner:
-        """The runner of a steered-world model, conditioned on ``tracks`` (one ``Track`` per batch item)."""
+    def world_runner(self, tracks: list, attention=None, **kw) -> CausalRunner:
+        """The runner of a steered-world model, conditioned on ``tracks`` (one ``Track`` per batch item); ``kw``
+        goes to ``CausalRunner`` (dtype, device, family, ...)."""
         from .actions import REFERENCE_INPUT, ActionRunner
 
         if not self.is_world:
             raise FastARError("this demo model is not a steered-world model (its file has no action encoder)")
         moved = self.metadata["world"].get("inputs") == REFERENCE_INPUT
         return ActionRunner(self.model, self.action_encoder, tracks, attention=attention or self.attention(),
-                            moved_reference=moved)
+                            moved_reference=moved, **kw)
 
     def world_prompt(self) -> torch.Tensor:
         return self.encode_prompt(self.metadata["world"]["prompt"])
 
-    def generate(self, start: StartChunk, num_frames: int, cache: CacheSpec | None = None, seed: int = 0,
+    def generate(self, start, num_frames: int, cache: CacheSpec | None = None, seed: int = 0,
                  attention=None, **kw) -> RolloutResult:
-        """Continue ``start`` by ``num_frames`` latent frames with the engine's sampler (dense by default)."""
+        """Continue ``start`` (rendered frames ``.latents`` and their ``.prompt``) by ``num_frames`` latent frames with
+        the engine's sampler (dense by default)."""
         sampler = ARSampler(self.runner(attention))
         return sampler.generate(self.encode_prompt(start.prompt), self.rollout_config(num_frames, cache, seed),
                                 initial_latents=start.latents, **kw)
 
 
-def load_demo_model(path=None, device="cpu") -> DemoModel:
-    """Load the bundled demo model (or another file written by ``train_demo``) in fp32."""
-    path = Path(path) if path is not None else default_weights_path()
+def load_demo_file(path, device="cpu") -> DemoModel:
+    """Load a demo model file (the bundled ones, or another written by ``train_demo``) in fp32."""
+    path = Path(path)
     if not path.is_file():
         raise FastARError(f"{path}: no demo weights here; train them with `fastar train-demo --out <folder>`")
     model, info = load_wan_model(path, dtype="fp32", device=device)
@@ -172,14 +156,10 @@ def _load_action_encoder(path, meta: dict, dim: int, in_dim: int, device):
     return encoder.to(device).eval().requires_grad_(False)
 
 
-def latents_to_uint8(latent: torch.Tensor) -> np.ndarray:
-    """``[1, C, T, H, W]`` or ``[C, T, H, W]`` latents in [-1, 1] -> ``[T, H, W, 3]`` uint8 RGB frames."""
-    if latent.ndim == 5:
-        latent = latent[0]
-    frames = ((latent.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-    return frames.permute(1, 2, 3, 0).numpy()
-
-
-def latents_to_frames(latent: torch.Tensor) -> torch.Tensor:
-    """``[1, 3, T, H, W]`` -> ``[T, 3, H, W]`` (the world's and the evaluator's layout)."""
-    return latent[0].permute(1, 0, 2, 3)
+def read_text_encoder_state(path, prefix: str = TEXT_PREFIX) -> dict:
+    """The text encoder's tensors (or those under another ``prefix``), read through the engine's checked loader
+    (only those tensors are read)."""
+    path = Path(path)
+    with checkpoint_errors(path):
+        tensors, _ = read_raw(path, before_load=lambda infos, _: [k for k in infos if k.startswith(prefix)])
+    return {k[len(prefix):]: v for k, v in tensors.items()}
