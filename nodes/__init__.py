@@ -1,9 +1,13 @@
 """ComfyUI node classes (V1 API). Importing this package never imports ComfyUI: the nodes reach it at run time
 through ``host.py``, which falls back to plain Python when ComfyUI is not loaded."""
 
+from .host import comfy_loaded, get_host
+from .live import live_routes
 from .node_action_script import ActionScriptNode
 from .node_attention import FastARAttentionPatch
+from .node_demo_world_start import DemoWorldStart
 from .node_image_to_video import ARImageToVideo
+from .node_live_world import LiveWorld
 from .node_loader import LoadARVideoModel
 from .node_long_sampler import LongVideoSampler
 from .node_prompt_schedule import ARPromptScheduleNode
@@ -22,6 +26,8 @@ NODE_CLASS_MAPPINGS = {
     "FastAR_SaveLongVideo": SaveLongVideoStreaming,
     "FastAR_ActionScript": ActionScriptNode,
     "FastAR_WorldModelStart": WorldModelStart,
+    "FastAR_LiveWorld": LiveWorld,
+    "FastAR_DemoWorldStart": DemoWorldStart,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -34,6 +40,11 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "FastAR_SaveLongVideo": "Save Long Video (streaming decode)",
     "FastAR_ActionScript": "Action Script (Matrix-Game)",
     "FastAR_WorldModelStart": "World Model Start (Matrix-Game)",
+    "FastAR_LiveWorld": "Live World (play)",
+    "FastAR_DemoWorldStart": "Demo World Start",
 }
+
+if comfy_loaded():  # the live plays' key route, on ComfyUI's own server
+    get_host().add_routes(live_routes())
 
 __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]

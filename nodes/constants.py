@@ -23,6 +23,8 @@ INITIAL_LATENT_KEY = "fastar_initial_latent"
 # Key in a conditioning entry's dict that carries a world model's start: the VAE latent of the start image followed
 # by blank frames, [B, 16, T, h, w], which Matrix-Game 2.0 reads beside every frame it generates.
 WORLD_START_KEY = "fastar_world_start"
+# Key in a conditioning entry's dict that carries the demo world's start: {"map_seed", "x", "y"} (Demo World Start).
+DEMO_WORLD_START_KEY = "fastar_demo_world_start"
 # Matrix-Game 2.0's own size (352x640) and the CLIP vision tokens it attends to (ViT-H penultimate layer).
 WORLD_WIDTH, WORLD_HEIGHT = 640, 352
 CLIP_VISION_TOKENS = 257
@@ -46,7 +48,9 @@ SCHEDULE_PRESETS = {
     "Causal Forcing++ 2-step": "causal-forcing++-2step",
     "Matrix-Game 3-step": "matrix-game",
     "LongLive 2.0 4-step (UniPC)": "longlive2",
+    "model's own": "own",  # the step list of the MODEL's own inference (a world model's; the demo world's file's)
 }
+MODEL_OWN = "model's own"
 # The engine's own names, so a node can never offer a choice the engine refuses.
 CACHE_POLICIES = CACHE_CHOICES
 SAMPLER_MODES = MODE_CHOICES

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.fastar.config import parse_layers
-from ..fastar_core.forward.family import ModelFamily
+from ..fastar_core.forward.family import family_for
 from .constants import ANNCA_CHOICES, CATEGORY, FASTAR_BACKENDS, FASTAR_OPTIONS_KEY, FASTAR_PRESETS, SWITCH
 from .inputs import combo, float_input, int_input, link, string_input
 from .model_access import FastARChoice, diffusion_model_of
@@ -36,7 +36,9 @@ class FastARAttentionPatch:
     @classmethod
     def INPUT_TYPES(cls):
         return {"required": {
-            "model": link("MODEL", "A Wan2.1 T2V MODEL (from Load AR Video Model or Load Diffusion Model)."),
+            "model": link("MODEL", "A Wan2.1 T2V or Wan2.2 TI2V-5B MODEL (from Load AR Video Model or Load "
+                                   "Diffusion Model), or a world model from Load AR Video Model (Matrix-Game 2.0, "
+                                   "the demo world)."),
             "preset": combo(FASTAR_PRESETS, "off: dense reference. quality: TempCache at threshold 0.95 + AnnCA. "
                                             "balanced: the paper's defaults (TempCache 0.9, AnnCA, AnnSA). fast: more "
                                             "merging, 7-bit buckets, 15-frame capacity.", default="balanced"),
@@ -73,7 +75,7 @@ class FastARAttentionPatch:
     def patch(self, model, preset="balanced", tempcache="preset", threshold=0.0, capacity_frames=0, annca="preset",
               annsa="preset", bits=0, tables=0, dense_warmup=-1.0, layers="all", backend="auto"):
         dm = diffusion_model_of(model)
-        ModelFamily().check_model(dm)  # Wan's block: the one FAST-AR's attention patch is written for
+        family_for(dm).check_model(dm)  # a module tree the runner drives: Wan's, or a world family's
         layers = (layers or "all").strip()
         if layers == "auto":
             raise FastARError("layers 'auto' needs a calibration file, which this node does not take; use 'all' or "

@@ -14,6 +14,7 @@ import torch
 
 from ..fastar_core.caches.spec import SINK_FRAMES, WINDOW_FRAMES
 from ..fastar_core.errors import FastARError
+from ..fastar_core.families.demo.family import DemoWorldFamily
 from ..fastar_core.families.matrix_game.family import MatrixGameFamily
 from ..fastar_core.forward.family import ModelFamily
 from ..fastar_core.rollout.engine import EngineSettings
@@ -21,13 +22,15 @@ from ..fastar_core.rollout.sampler import FRAMES_PER_BLOCK, RolloutConfig, plan_
 from ..fastar_core.rollout.sampler import resolve_mode as engine_resolve_mode
 from ..fastar_core.rollout.schedule import DenoisingSchedule, get_schedule
 from ..fastar_core.rollout.vae import RestartSpec
+from .demo_world import read_demo_world_inputs
 from .family_inputs import FamilyInputs, SamplerInputs, batch_rows
 from .model_access import ARModel
 from .prompting import read_text_inputs
 from .world import read_world_inputs
 
 # The engine family's name -> the reader of its sampler inputs.
-READERS = {ModelFamily.name: read_text_inputs, MatrixGameFamily.name: read_world_inputs}
+READERS = {ModelFamily.name: read_text_inputs, MatrixGameFamily.name: read_world_inputs,
+           DemoWorldFamily.name: read_demo_world_inputs}
 
 
 @dataclass

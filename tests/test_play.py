@@ -88,14 +88,14 @@ def test_the_server_listens_on_127_0_0_1_only_and_refuses_other_host_names(serve
 def test_held_keys_steer_the_camera_and_frames_keep_coming(server):
     session, base = server
     first, _ = _frames_until(base, 6)
-    assert _post(base + "/api/key", {"key": "ArrowRight", "down": True}) == (200, {"action": "right"})
+    assert _post(base + "/api/key", {"keys": ["ArrowRight"]}) == (200, {"held": ["D"], "action": "right"})
     moved, state = _frames_until(base, 12, after=first[-1]["index"])
     rights = [f for f in moved if f["action"] == "right"]
     assert len(rights) >= 6
     for a, b in zip(rights, rights[1:]):
         if b["index"] == a["index"] + 1:
             assert b["x"] == (a["x"] + 1) % state["map_patches"] and b["y"] == a["y"]
-    assert _post(base + "/api/key", {"key": "ArrowRight", "down": False})[1] == {"action": "right"}
+    assert _post(base + "/api/key", {"keys": []})[1] == {"held": [], "action": None}
     # The true view shipped with each frame is the map under the camera: a right move shifts it one patch left.
     a, b = (torch.frombuffer(bytearray(__import__("base64").b64decode(f["truth"])), dtype=torch.uint8)
             .view(24, 24, 3) for f in rights[-2:])

@@ -21,6 +21,7 @@ two keys of a one-at-a-time variant) resolve to the one pressed last. What the s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import secrets
@@ -30,7 +31,16 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import FastARError
-from .action_script import DEFAULT_MOUSE_STEP, VARIANTS, ActionEntry, ActionScript, Variant, _opposite
+from .action_script import (
+    DEFAULT_MOUSE_STEP,
+    VARIANTS,
+    ActionEntry,
+    ActionScript,
+    Variant,
+    _opposite,
+    script_from_tensors,
+)
+from .actions import Actions
 
 MAX_BODY_BYTES = 4096  # a key state is a few dozen bytes
 MAX_JSON_DEPTH = 4  # {"keys": [...], "mouse": [...]} nests two deep
@@ -38,6 +48,7 @@ MAX_KEYS = 16  # names in one key state
 MAX_MOUSE_PIXELS = 100_000.0  # movement in one message, per axis
 MOUSE_PER_PIXEL = 0.01  # [pitch, yaw] over a chunk per pixel of movement (100 pixels: 1, as ten frames of a key)
 MAX_MOUSE_PER_FRAME = 0.5  # a fast flick turns at most this much a frame
+BODY_TIMEOUT_S = 5.0  # a client that declares a body and does not send it
 ARROWS = ("ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight")
 STATE_FIELDS = ("keys", "mouse")
 
@@ -69,6 +80,26 @@ def read_json_body(body: bytes | None, content_length, max_bytes: int = MAX_BODY
         raise PayloadError("the body is not UTF-8 text") from None
     except ValueError as e:  # JSONDecodeError, and NaN/Infinity refused by _no_constant
         raise PayloadError(f"the body is not JSON: {str(e)[:120]}") from None
+
+
+async def read_request_json(request, max_bytes: int = MAX_BODY_BYTES, max_depth: int = MAX_JSON_DEPTH):
+    """The JSON body of an HTTP request (an aiohttp ``web.Request``: its ``headers`` and ``content`` stream), read no
+    further than its Content-Length, which must be valid and at most ``max_bytes``: a body that declares more, or
+    no length, is refused before a byte of it is read; one that stops short or stalls is refused too."""
+    declared = request.headers.get("Content-Length")
+    try:
+        length = int(declared) if declared is not None else None
+    except ValueError:
+        length = None
+    if length is None or not 0 < length <= max_bytes:
+        read_json_body(None, declared, max_bytes)  # raises the message for this length
+    try:
+        body = await asyncio.wait_for(request.content.readexactly(length), BODY_TIMEOUT_S)
+    except asyncio.IncompleteReadError as e:
+        raise PayloadError(f"the body ended after {len(e.partial)} of its {length} bytes") from None
+    except asyncio.TimeoutError:
+        raise PayloadError(f"the body did not arrive within {BODY_TIMEOUT_S:g} s") from None
+    return read_json_body(body, length, max_bytes, max_depth)
 
 
 def _no_constant(name: str):
@@ -192,6 +223,25 @@ class LivePlay:
         self._mouse = [0.0, 0.0]  # movement since the last pull, pixels
         self.updates = 0
         self.pulled = 0  # frames handed to the sampler
+        self.played: Actions | None = None
+
+    def actions(self, still_frames: int = 0) -> Actions:
+        """The rollout's ``Actions``: ``still_frames`` frames with no key held (a start view that holds still), then
+        the frames this play's keys give, pulled chunk by chunk. Kept as ``played``: what the rollout was steered by."""
+        script = ActionScript(self.variant.name, self.fps, self.mouse_step, ())
+        idle = torch.tensor([script.keyboard_row(ActionEntry(0.0, 0, ()))]).expand(still_frames, -1).clone()
+        mouse = torch.zeros(still_frames, 2) if self.variant.has_mouse else None
+        self.played = Actions(idle, mouse, source=self, time_stride=self.variant.time_stride)
+        return self.played
+
+    def script(self, frames: int) -> ActionScript:
+        """What was played over the video's first ``frames`` frames, as the shortest script that replays it."""
+        if self.played is None or self.played.num_frames < frames:
+            have = 0 if self.played is None else self.played.num_frames
+            raise FastARError(f"the play holds the actions of {have} frames; its video has {frames}")
+        mouse = None if self.played.mouse is None else self.played.mouse[:frames]
+        return script_from_tensors(self.played.keyboard[:frames], mouse, self.variant.name, self.fps,
+                                   self.mouse_step, what="the played actions")
 
     def update(self, state: KeyState) -> None:
         with self._lock:

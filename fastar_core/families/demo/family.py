@@ -128,6 +128,10 @@ class DemoWorldFamily(ModelFamily):
             for t in range(len(track), end):
                 track.extend("none" if t < self.world.frames_per_block else self.action_at(cond.actions, t))
 
+    def camera(self, frame: int) -> tuple:
+        """The camera's place on the map at ``frame`` ((x, y) in patches; the first track's)."""
+        return tuple(int(v) for v in self.tracks[0].positions[frame])
+
     @staticmethod
     def action_at(actions, frame: int) -> str:
         row = actions.keyboard[frame]
