@@ -5,6 +5,7 @@ from .host import comfy_loaded, get_host
 from .live import live_routes
 from .node_action_script import ActionScriptNode
 from .node_attention import FastARAttentionPatch
+from .node_demo_world_frames import DemoWorldFrames
 from .node_demo_world_start import DemoWorldStart
 from .node_image_to_video import ARImageToVideo
 from .node_live_world import LiveWorld
@@ -28,6 +29,7 @@ NODE_CLASS_MAPPINGS = {
     "FastAR_WorldModelStart": WorldModelStart,
     "FastAR_LiveWorld": LiveWorld,
     "FastAR_DemoWorldStart": DemoWorldStart,
+    "FastAR_DemoWorldFrames": DemoWorldFrames,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -42,6 +44,7 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "FastAR_WorldModelStart": "World Model Start (Matrix-Game)",
     "FastAR_LiveWorld": "Live World (play)",
     "FastAR_DemoWorldStart": "Demo World Start",
+    "FastAR_DemoWorldFrames": "Demo World Frames",
 }
 
 if comfy_loaded():  # the live plays' key route, on ComfyUI's own server

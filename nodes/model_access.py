@@ -15,7 +15,7 @@ import torch
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.forward.family import ModelFamily, family_for
-from ..fastar_core.forward.runner import CausalRunner
+from ..fastar_core.forward.runner import CausalRunner, runner_for
 from ..fastar_core.rollout.engine import EngineSettings, resolve_settings
 from ..fastar_core.rollout.video_geometry import VAE_STRIDES, VideoGeometry, vae_stride
 from .constants import FASTAR_OPTIONS_KEY, TORCH_COMPILE_KWARGS_KEY
@@ -86,8 +86,8 @@ class ARModel:
     def runner(self) -> CausalRunner:
         # With partial loading some weights stay offloaded (ComfyUI casts them per call), so the device of the
         # first weight is not where activations belong: use the patcher's load device.
-        return self.family.make_runner(self.diffusion_model, dtype=self.dtype, device=self.device,
-                                       compile_kwargs=self.compile_kwargs)
+        return runner_for(self.diffusion_model, self.family, dtype=self.dtype, device=self.device,
+                          compile_kwargs=self.compile_kwargs)
 
 
 def geometry_of(family: ModelFamily, diffusion_model) -> VideoGeometry:

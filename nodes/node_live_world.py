@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from ..fastar_core.errors import FastARError
+from ..fastar_core.errors import FastARError, GenerationCancelled
 from ..fastar_core.rollout.live_actions import LivePlay
 from .constants import (
     ACTIONS,
@@ -113,8 +113,9 @@ class LiveWorld:
                                    "frames": geometry.video_frames(total), "width": width, "height": height})
             outcome = run_rollout(request, host, listener=lambda report: view.on_chunk(report, play))
             end["reason"] = "finished"
-        except BaseException as e:
-            end["reason"] = "cancelled" if "interrupt" in type(e).__name__.lower() else "failed"
+        except BaseException as e:  # Cancel: the engine's GenerationCancelled, ComfyUI's InterruptProcessingException
+            cancelled = isinstance(e, GenerationCancelled) or type(e).__name__ == "InterruptProcessingException"
+            end["reason"] = "cancelled" if cancelled else "failed"
             raise
         finally:
             PLAYS.close(play_id)

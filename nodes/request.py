@@ -91,10 +91,11 @@ def resolve_mode(settings: RolloutSettings, schedule_name: str) -> str:
     return engine_resolve_mode(settings.mode, schedule_name)  # the engine decides "auto", as for the CLI
 
 
-def image_in_first_chunk(schedule) -> bool:
-    """LongLive 2.0's image-to-video (a UniPC schedule): the start image is frame 0 of the first chunk, held at
-    timestep 0, not clean context committed before it (the Self-Forcing family's)."""
-    return schedule.solver == "unipc"
+def image_in_first_chunk(family: ModelFamily, schedule) -> bool:
+    """LongLive 2.0's image-to-video (a Wan model on a UniPC schedule): the start image is frame 0 of the first
+    chunk, held at timestep 0, not clean context committed before it (the Self-Forcing family's, and the world
+    families', whose start view is context whatever their solver)."""
+    return family.name == ModelFamily.name and schedule.solver == "unipc"
 
 
 def read_inputs(model: ARModel, given: SamplerInputs) -> FamilyInputs:
@@ -138,7 +139,7 @@ def build_request(model: ARModel, given: SamplerInputs, settings: RolloutSetting
     sched = get_schedule(settings.schedule)
     mode = resolve_mode(settings, sched.name)
     n_init = getattr(inputs, "start_frames", 0)
-    in_chunk = n_init > 0 and image_in_first_chunk(sched)
+    in_chunk = n_init > 0 and image_in_first_chunk(model.family, sched)
     if in_chunk and n_init != 1:
         raise FastARError(f"the start image latent has {n_init} frames; LongLive 2.0's image-to-video holds one")
     generated = total_frames - (0 if in_chunk else n_init)

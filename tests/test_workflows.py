@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS
+from comfyui_fastar.nodes.node_loader import BUNDLED_DEMO_WORLD
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / "example_workflows").glob("*.json"))
@@ -169,7 +170,7 @@ def check_models(node, inputs):
         check_model_entry(node, model)
     for name, folder in {**FILE_WIDGETS, **NODE_FILE_WIDGETS.get(node["type"], {})}.items():
         value = widget_value(node, inputs, name)
-        if value is None or value == "none":
+        if value is None or value == "none" or value == BUNDLED_DEMO_WORLD:  # that one ships with the pack
             continue
         assert value in listed, f"node {node['id']} {node['type']}: {value} is not named in properties.models"
         model = listed[value]
@@ -241,6 +242,27 @@ def test_workflows_cover_the_advertised_uses_and_are_served_as_templates():
     assert WORKFLOWS and [name for name in TEMPLATE_FOLDERS if (ROOT / name).exists()] == ["example_workflows"]
     used = {n["type"] for p in WORKFLOWS for n in json.loads(p.read_text())["nodes"]}
     assert set(NODE_CLASS_MAPPINGS) <= used, f"nodes without an example: {set(NODE_CLASS_MAPPINGS) - used}"
+
+
+def test_the_live_world_workflow_plays_the_bundled_demo_world_with_fastar_and_dense():
+    """Both Live World nodes play the bundled demo world at its own size from one start with one seed, one through
+    FAST-AR Attention and one dense, and each saves its frames."""
+    wf = json.loads((ROOT / "example_workflows" / "fastar_live_world_demo.json").read_text())
+    nodes = {n["id"]: n for n in wf["nodes"]}
+    source = {(link[3], link[4]): nodes[link[1]] for link in wf["links"]}
+    live = [n for n in wf["nodes"] if n["type"] == "FastAR_LiveWorld"]
+    inputs = node_spec("FastAR_LiveWorld")[0]
+    assert len(live) == 2
+    models = sorted(source[(n["id"], 0)]["type"] for n in live)
+    assert models == ["FastAR_Attention", "FastAR_LoadARVideoModel"]
+    assert {source[(n["id"], 1)]["id"] for n in live} == {next(n["id"] for n in wf["nodes"]
+                                                                if n["type"] == "FastAR_DemoWorldStart")}
+    for n in live:
+        assert (widget_value(n, inputs, "width"), widget_value(n, inputs, "height")) == (24, 24)
+        assert widget_value(n, inputs, "seed") == widget_value(live[0], inputs, "seed")
+    loader = next(n for n in wf["nodes"] if n["type"] == "FastAR_LoadARVideoModel")
+    assert loader["widgets_values"][0] == BUNDLED_DEMO_WORLD
+    assert sum(n["type"] == "SaveVideo" for n in wf["nodes"]) == 2
 
 
 def test_the_first_workflows_need_only_files_the_editor_downloads():

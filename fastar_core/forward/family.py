@@ -69,11 +69,10 @@ class ModelFamily:
         return None
 
     def make_runner(self, model, **kw):
-        """The runner that drives this family's module tree: a ``CausalRunner`` (``kw``: its dtype, device,
-        compile settings); a family that conditions every forward on more (the demo world's keys) returns its own."""
-        from .runner import CausalRunner
-
-        return CausalRunner(model, family=self, **kw)
+        """A runner of the family's own for its module tree (``kw``: dtype, device, compile settings), for a family
+        that conditions every forward on more (the demo world's keys); None: a plain ``CausalRunner``
+        (``runner.runner_for`` builds whichever applies)."""
+        return None
 
     def geometry(self, model):
         """How the model's latents map to video (a ``rollout.video_geometry.VideoGeometry``), or None for the Wan
