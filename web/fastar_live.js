@@ -13,8 +13,11 @@ const VIEW_HEIGHT = 280; // pixels the node keeps below its widgets for the fram
 const HISTORY = 120; // chunks in the frame-rate and cache plot
 const MOUSE_SEND_MS = 60;
 
-// Read by the browser tests: frames shown per play, the last message, the keys sent.
-const state = (window.fastarLive = window.fastarLive || { frames: 0, messages: 0, last: null, sent: [], ended: [] });
+// Read by the browser tests: frames shown, the last ones (pixels, camera), the keys sent, the plays seen.
+const RECENT = 400;
+const state = (window.fastarLive = window.fastarLive || {
+  frames: 0, messages: 0, last: null, recent: [], sent: [], started: [], ended: [],
+});
 
 function viewOf(node) {
   if (!node.__fastarLive) {
@@ -59,6 +62,8 @@ function showFrame(node, frame) {
   view.shown = frame;
   state.frames += 1;
   state.last = { ...frame.meta, node: String(node.id), frames_shown: state.frames };
+  state.recent = [...state.recent.slice(1 - RECENT), { ...state.last, rgb: frame.rgb, width: frame.width,
+                                                      height: frame.height }];
   redraw();
 }
 
@@ -196,6 +201,7 @@ app.registerExtension({
   name: "ComfyUI-FastAR.LiveWorld",
   async setup() {
     api.addEventListener("fastar.live.start", ({ detail }) => {
+      state.started.push(detail);
       const node = findNode(detail.node);
       if (!node) return;
       const view = viewOf(node);
