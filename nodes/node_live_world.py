@@ -105,13 +105,13 @@ class LiveWorld:
             f"{height}, length {length}, frames_per_block {frames_per_block}, schedule \"{MODEL_OWN}\", seed {seed}, "
             f"cache_policy {cache_policy}, and this node's actions"])
         play_id = PLAYS.open(play)
-        view = LiveView(host, ar_model, play_id, unique_id, geometry.temporal, max_fps)
+        view = LiveView(host, ar_model, play, play_id, unique_id, geometry.temporal, max_fps)
         end = {"play": play_id, "node": unique_id, "reason": "failed"}
         try:
             host.send_live(START, {"play": play_id, "node": unique_id, "variant": variant,
                                    "keys": sorted(play.table.names), "mouse": play.variant.has_mouse,
                                    "frames": geometry.video_frames(total), "width": width, "height": height})
-            outcome = run_rollout(request, host, listener=lambda report: view.on_chunk(report, play))
+            outcome = run_rollout(request, host, listener=view.on_chunk)
             end["reason"] = "finished"
         except BaseException as e:  # Cancel: the engine's GenerationCancelled, ComfyUI's InterruptProcessingException
             cancelled = isinstance(e, GenerationCancelled) or type(e).__name__ == "InterruptProcessingException"

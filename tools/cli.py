@@ -95,7 +95,8 @@ def build_parser() -> OneLineParser:
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
-                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling"],
+                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling",
+                                   "live-world"],
                    help="which benchmark (kernels and gpu-rollout need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
@@ -104,13 +105,13 @@ def build_parser() -> OneLineParser:
                    help="rollout model: the demo, random weights at Wan2.1-1.3B shapes, or at Wan2.2-TI2V-5B shapes "
                         "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only), or the "
                         "steered world model on a revisiting path (pareto only)")
-    p.add_argument("--weights", default=None, help="--model world: a steered-world .safetensors (default: the "
-                                                    "bundled world model)")
+    p.add_argument("--weights", default=None, help="--model world and live-world: a steered-world .safetensors "
+                                                    "(default: the bundled world model)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "
-                        "frame-rate: rounds, least CPU time per chunk (default 5); "
+                        "frame-rate and live-world: rounds, least CPU time per chunk (default 5); "
                         "world-ceiling: perfect draws per seed (default 20)")
     p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
     p.add_argument("--thresholds", default=None, help="pareto: comma-separated TempCache merge thresholds")

@@ -22,6 +22,7 @@ two keys of a one-at-a-time variant) resolve to the one pressed last. What the s
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import math
 import secrets
@@ -278,6 +279,53 @@ class LivePlay:
         move = [max(-limit, min(limit, pitch - dy * MOUSE_PER_PIXEL / frames)),
                 max(-limit, min(limit, yaw + dx * MOUSE_PER_PIXEL / frames))]
         return keyboard, torch.tensor([move]).expand(frames, -1).clone()
+
+
+def preview_rgb(x0: torch.Tensor, latent_is_video: bool, rgb_factors=None, rgb_bias=None) -> torch.Tensor | None:
+    """A chunk's frames ``[F, H, W, 3]`` uint8 from its latent ``x0 [1, C, F, h, w]``: the latent itself where it is
+    the video (the demo world), else a preview through RGB factors ``[C][3]`` (ComfyUI's latent2rgb), or None."""
+    x = x0[0].detach().float().cpu()
+    if latent_is_video:
+        rgb = x.permute(1, 2, 3, 0)
+    elif rgb_factors is None:
+        return None
+    else:
+        rgb = torch.einsum("cfhw,cr->fhwr", x, torch.tensor(rgb_factors, dtype=torch.float32))
+        if rgb_bias is not None:
+            rgb = rgb + torch.tensor(rgb_bias, dtype=torch.float32)
+    return ((rgb.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+
+
+class LiveFeed:
+    """What a page is sent after each chunk of a play: the chunk's frames as base64 RGB bytes, the frame rate over
+    the last chunks, the cache's MiB, the keys held, and (the demo world) the camera's place per frame."""
+
+    RECENT = 8  # chunks the frame rate is taken over
+
+    def __init__(self, play: LivePlay, ids: dict, latent_is_video: bool, rgb_factors=None, rgb_bias=None,
+                 camera=None):
+        self.play, self.ids = play, ids
+        self.latent_is_video, self.rgb_factors, self.rgb_bias = latent_is_video, rgb_factors, rgb_bias
+        self.camera = camera  # frame -> (x, y), or None
+        self.recent: list = []  # (frames, seconds) of the last chunks
+
+    def message(self, report) -> dict:
+        self.recent = [*self.recent[1 - self.RECENT:], (report.frames, report.seconds)]
+        seconds = sum(s for _, s in self.recent)
+        message = {
+            **self.ids, "chunk": report.index, "frame_start": report.frame_start, "frames": report.frames,
+            "fps": round(sum(n for n, _ in self.recent) / seconds, 3) if seconds else None,
+            "chunk_seconds": round(report.seconds, 6), "cache_mib": round(report.cache_bytes / 2**20, 4),
+            "held": list(self.play.held()), "width": None, "height": None, "rgb": [],
+        }
+        if self.camera is not None:
+            message["camera"] = [list(self.camera(f)) for f in range(report.frame_start,
+                                                                     report.frame_start + report.frames)]
+        frames = preview_rgb(report.x0, self.latent_is_video, self.rgb_factors, self.rgb_bias)
+        if frames is not None:
+            message.update(width=int(frames.shape[2]), height=int(frames.shape[1]),
+                           rgb=[base64.b64encode(f.contiguous().numpy().tobytes()).decode() for f in frames])
+        return message
 
 
 class PlayRegistry:

@@ -108,6 +108,8 @@ class DemoWorldFamily(ModelFamily):
         if (cfg.latent_height, cfg.latent_width) != tuple(w.frame_size) or cfg.channels != w.channels:
             raise FastARError(f"the demo world's frames are {w.frame_size[1]}x{w.frame_size[0]} with {w.channels} "
                               f"channels; the rollout asks {cfg.latent_width}x{cfg.latent_height} with {cfg.channels}")
+        if cfg.context_noise != w.context_noise:
+            raise FastARError(f"context_noise {cfg.context_noise:g}: the demo world's file says {w.context_noise:g}")
         if cond.prompts is not None:
             raise FastARError("the demo world takes no prompt: its file holds its own")
         if cond.place is None:
