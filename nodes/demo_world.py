@@ -24,8 +24,12 @@ class DemoWorldInputs(FamilyInputs):
     place: tuple  # (x, y) in patches, on the model's map
     actions: object  # an ActionScript (demo_world) or a LivePlay
     latent_frames: int  # of the video: the latent is the video, one frame each
-    start_frames: int  # the start view's frames (the model's chunk), held still
+    still_frames: int  # the start view's frames (the model's chunk), held still
     notes: list = field(default_factory=list)
+
+    @property
+    def start_frames(self) -> int:
+        return self.still_frames
 
     def check_batch(self, batch: int) -> None:
         if batch != 1 and isinstance(self.actions, LivePlay):
@@ -36,7 +40,7 @@ class DemoWorldInputs(FamilyInputs):
 
     def conditioning(self, model, r: int) -> Conditioning:
         if isinstance(self.actions, LivePlay):
-            actions = self.actions.actions(still_frames=self.start_frames)
+            actions = self.actions.actions(still_frames=self.still_frames)
         else:
             keyboard, _ = self.actions.to_tensors(self.latent_frames)
             actions = Actions(keyboard, None, time_stride=1)

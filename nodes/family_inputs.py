@@ -36,6 +36,11 @@ class FamilyInputs:
 
     notes: list
 
+    @property
+    def start_frames(self) -> int:
+        """Latent frames of a start image the video begins with (0: none)."""
+        return 0
+
     def check_batch(self, batch: int) -> None:
         """Refuse inputs whose batch is neither 1 nor ``batch``."""
 

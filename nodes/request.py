@@ -138,7 +138,7 @@ def build_request(model: ARModel, given: SamplerInputs, settings: RolloutSetting
     total_frames = given.latent_frames
     sched = get_schedule(settings.schedule)
     mode = resolve_mode(settings, sched.name)
-    n_init = getattr(inputs, "start_frames", 0)
+    n_init = inputs.start_frames
     in_chunk = n_init > 0 and image_in_first_chunk(model.family, sched)
     if in_chunk and n_init != 1:
         raise FastARError(f"the start image latent has {n_init} frames; LongLive 2.0's image-to-video holds one")
