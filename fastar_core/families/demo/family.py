@@ -22,6 +22,7 @@ from .model import DemoModel
 from .steer_world import ACTIONS, STEP, make_map, render_track, track_from_actions
 
 VARIANT = "demo_world"  # the action script variant (rollout/action_script.py) whose columns are ACTIONS
+WORLD = "demo_world"  # the module tree's attribute holding its DemoModel
 
 
 def attach_world(demo: DemoModel):
@@ -30,8 +31,8 @@ def attach_world(demo: DemoModel):
         raise FastARError("this demo model is not a steered-world model (its file has no action encoder): load "
                           "world_model.safetensors")
     model = demo.model
-    model.action_encoder = demo.action_encoder
-    model.demo_world = demo
+    model.add_module("action_encoder", demo.action_encoder)  # moves with the weights
+    setattr(model, WORLD, demo)
     return model
 
 
@@ -58,11 +59,11 @@ class DemoWorldFamily(ModelFamily):
 
     @classmethod
     def matches(cls, model) -> bool:
-        return isinstance(getattr(model, "demo_world", None), DemoModel)
+        return isinstance(getattr(model, WORLD, None), DemoModel)
 
     @classmethod
     def for_model(cls, model) -> DemoWorldFamily:
-        return cls(model.demo_world)
+        return cls(getattr(model, WORLD))
 
     def describe(self) -> str:
         return "the demo world"

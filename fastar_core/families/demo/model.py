@@ -22,6 +22,7 @@ from ...forward.runner import CausalRunner
 from ...model.wan_model import WanModel
 from ...rollout.sampler import ARSampler, RolloutConfig, RolloutResult
 from ...rollout.schedule import DenoisingSchedule, custom_schedule, unipc_schedule
+from .actions import ActionEncoder
 from .text import STATE_PREFIX as TEXT_PREFIX
 from .text import PromptEncoder, TextEncoder, Tokenizer
 
@@ -39,7 +40,7 @@ class DemoModel:
     context_noise: float
     trained_span_frames: int
     metadata: dict = field(default_factory=dict)
-    action_encoder: object = None  # actions.ActionEncoder for a steered-world model, else None
+    action_encoder: ActionEncoder | None = None  # for a steered-world model, else None
 
     @property
     def is_world(self) -> bool:
@@ -80,7 +81,7 @@ class DemoModel:
         goes to ``CausalRunner`` (dtype, device, family, ...)."""
         from .actions import REFERENCE_INPUT, ActionRunner
 
-        if not self.is_world:
+        if self.action_encoder is None:
             raise FastARError("this demo model is not a steered-world model (its file has no action encoder)")
         moved = self.metadata["world"].get("inputs") == REFERENCE_INPUT
         return ActionRunner(self.model, self.action_encoder, tracks, attention=attention or self.attention(),
