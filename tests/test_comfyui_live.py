@@ -164,6 +164,25 @@ def replay_prompt(script: str, seed: int = 0) -> dict:
     }
 
 
+def test_the_extension_is_served_and_nothing_else_of_the_pack(live_server):
+    from http_fuzz import raw_request
+
+    port = int(live_server.url.rsplit(":", 1)[1])
+    status, listed = live_server.http("GET", "/extensions")
+    ours = [e for e in listed if "/ComfyUI-FastAR/" in e]
+    assert status == 200 and ours == ["/extensions/ComfyUI-FastAR/fastar_live.js"], ours
+    status, body = raw_request(port, b"GET /extensions/ComfyUI-FastAR/fastar_live.js HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                     b"Connection: close\r\n\r\n")
+    assert status == 200 and b"registerExtension" in body
+    for path in ("/extensions/ComfyUI-FastAR/../__init__.py", "/extensions/ComfyUI-FastAR/%2e%2e/__init__.py",
+                 "/extensions/ComfyUI-FastAR/..%2f__init__.py", "/extensions/ComfyUI-FastAR/../nodes/live.py"):
+        status, body = raw_request(port, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                                         .encode())
+        assert status in (400, 403, 404) and b"NODE_CLASS_MAPPINGS" not in body and b"PLAYS" not in body, (path, status)
+    # The key route of a play that is not running: 404, for any id.
+    assert live_server.http("POST", "/fastar/live/0123/keys", {"keys": ["d"]})[0] == 404
+
+
 def wait_for_idle(server, timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
