@@ -21,6 +21,10 @@ SCRIPT_TOOLTIP = ("One line per change: the time in seconds, the keys held from 
                   "[\"W\"]}, ...]} works too.")
 
 
+# LingBot-World 2.0's camera timelines (variant lingbot) have no sampler input yet: not offered here.
+KEY_VARIANTS = [name for name, spec in VARIANTS.items() if not spec.camera]
+
+
 def script_from_widgets(variant: str, fps: float, script: str):
     return parse_text(script, "Action Script", variant=variant, fps=float(fps))
 
@@ -35,7 +39,7 @@ class ActionScriptNode:
     @classmethod
     def INPUT_TYPES(cls):
         return {"required": {
-            "variant": combo(list(VARIANTS), "The Matrix-Game 2.0 checkpoint this steers: universal (keyboard and "
+            "variant": combo(KEY_VARIANTS, "The Matrix-Game 2.0 checkpoint this steers: universal (keyboard and "
                                              "mouse), gta_drive (driving: W S and steering), templerun (keyboard "
                                              "only). The sampler refuses a script for another variant."),
             "fps": float_input(DEFAULT_FPS, 1.0, MAX_FPS, "Video frames per second the times are counted in (12: "

@@ -32,9 +32,11 @@ what it replaces and why; none touches the math of a forward or of the sampling 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 import sys
 import types
@@ -399,3 +401,56 @@ def first_deviating_frame(ours, ref, tol=1e-5, frame_dim=2) -> int | None:
         if relative_error(a, b) > tol:
             return f
     return None
+
+
+def diffusers_scheduler_modules() -> dict:
+    """What Wan's flow schedulers import from diffusers: config recording, empty base classes."""
+    configuration = types.ModuleType("diffusers.configuration_utils")
+
+    class ConfigMixin:
+        def register_to_config(self, **values):
+            self.config = types.SimpleNamespace(**{**vars(getattr(self, "config", types.SimpleNamespace())),
+                                                   **values})
+
+    def register_to_config(init):
+        signature = inspect.signature(init)
+
+        @functools.wraps(init)
+        def wrapped(self, *args, **kwargs):
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            init(self, *args, **kwargs)
+            values = {k: v for k, v in bound.arguments.items() if k != "self"}
+            if not isinstance(self, torch.nn.Module):  # the model's config is set by from_pretrained
+                self.config = types.SimpleNamespace(**values)
+
+        return wrapped
+
+    configuration.ConfigMixin = ConfigMixin
+    configuration.register_to_config = register_to_config
+    schedulers = types.ModuleType("diffusers.schedulers")
+    scheduling = types.ModuleType("diffusers.schedulers.scheduling_utils")
+    scheduling.KarrasDiffusionSchedulers = []
+    scheduling.SchedulerMixin = type("SchedulerMixin", (), {})
+    scheduling.SchedulerOutput = type("SchedulerOutput", (), {"__init__": lambda self, prev_sample: setattr(
+        self, "prev_sample", prev_sample)})
+    utils = types.ModuleType("diffusers.utils")
+    utils.deprecate = lambda *a, **k: None
+    utils.is_scipy_available = lambda: False
+    torch_utils = types.ModuleType("diffusers.utils.torch_utils")
+    torch_utils.randn_tensor = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("randn_tensor is not used"))
+    return {"diffusers.configuration_utils": configuration, "diffusers.schedulers": schedulers,
+            "diffusers.schedulers.scheduling_utils": scheduling, "diffusers.utils": utils,
+            "diffusers.utils.torch_utils": torch_utils}
+
+
+def tqdm_stub():
+    """A ``tqdm`` stand-in (the iterable itself) where tqdm is not installed; None where it is."""
+    try:
+        import tqdm  # noqa: F401
+
+        return None
+    except ImportError:
+        stub = types.ModuleType("tqdm")
+        stub.tqdm = lambda it=None, *a, **k: it
+        return stub

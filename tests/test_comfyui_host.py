@@ -736,7 +736,8 @@ def test_matrix_game_from_a_start_image_and_an_action_script_then_interrupted(wo
     assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
     report = entry["outputs"]["rep"]["text"][0]
     assert "actions universal at 12 fps: 0 s (frame 0): W(forward); 0.5 s (frame 6)" in report, report
-    assert "a window of 6 latent frames, no sink" in report and "matrix-game (3 steps" in report, report
+    assert "cache 'auto' is Matrix-Game 2.0 universal's own: window (6 frames" in report, report
+    assert "matrix-game (3 steps" in report, report
     video = entry["outputs"]["save"]["images"][0]
     assert (server.out / video["subfolder"] / video["filename"]).stat().st_size > 0
 

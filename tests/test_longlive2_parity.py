@@ -24,11 +24,8 @@ Patches beside those ``reference_harness`` lists (all outside the math of a forw
 
 from __future__ import annotations
 
-import functools
-import inspect
 import os
 import sys
-import types
 
 import pytest
 import reference_harness as rh
@@ -77,47 +74,6 @@ def _single_thread(one_thread):
 
 
 # -- stand-ins -----------------------------------------------------------------------------------------------
-def diffusers_scheduler_modules() -> dict:
-    """What Wan's flow schedulers import from diffusers: config recording, empty base classes."""
-    configuration = types.ModuleType("diffusers.configuration_utils")
-
-    class ConfigMixin:
-        def register_to_config(self, **values):
-            self.config = types.SimpleNamespace(**{**vars(getattr(self, "config", types.SimpleNamespace())),
-                                                   **values})
-
-    def register_to_config(init):
-        signature = inspect.signature(init)
-
-        @functools.wraps(init)
-        def wrapped(self, *args, **kwargs):
-            bound = signature.bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            init(self, *args, **kwargs)
-            values = {k: v for k, v in bound.arguments.items() if k != "self"}
-            if not isinstance(self, torch.nn.Module):  # the model's config is set by from_pretrained
-                self.config = types.SimpleNamespace(**values)
-
-        return wrapped
-
-    configuration.ConfigMixin = ConfigMixin
-    configuration.register_to_config = register_to_config
-    schedulers = types.ModuleType("diffusers.schedulers")
-    scheduling = types.ModuleType("diffusers.schedulers.scheduling_utils")
-    scheduling.KarrasDiffusionSchedulers = []
-    scheduling.SchedulerMixin = type("SchedulerMixin", (), {})
-    scheduling.SchedulerOutput = type("SchedulerOutput", (), {"__init__": lambda self, prev_sample: setattr(
-        self, "prev_sample", prev_sample)})
-    utils = types.ModuleType("diffusers.utils")
-    utils.deprecate = lambda *a, **k: None
-    utils.is_scipy_available = lambda: False
-    torch_utils = types.ModuleType("diffusers.utils.torch_utils")
-    torch_utils.randn_tensor = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("randn_tensor is not used"))
-    return {"diffusers.configuration_utils": configuration, "diffusers.schedulers": schedulers,
-            "diffusers.schedulers.scheduling_utils": scheduling, "diffusers.utils": utils,
-            "diffusers.utils.torch_utils": torch_utils}
-
-
 class PromptTable(torch.nn.Module):
     """Stands in for the T5 encoder: the given features of each prompt string, stacked in the order asked."""
 
@@ -135,12 +91,12 @@ class NoVAE(torch.nn.Module):
 
 
 def run_reference(body, rewrites=REWRITES):
-    extra = {k: v for k, v in {"tqdm": _tqdm_stub()}.items() if v is not None}
+    extra = {k: v for k, v in {"tqdm": rh.tqdm_stub()}.items() if v is not None}
     sys.modules.update(extra)
     saved_env = {k: os.environ.get(k) for k in ("LLV2_TRITON_ROPE", "LLV2_TRITON_ADALN")}
     os.environ.update({"LLV2_TRITON_ROPE": "0", "LLV2_TRITON_ADALN": "0"})
     spec = rh.ReferenceSpec(NAME, rewrites, empty_packages=EMPTY_PACKAGES, unused_modules=UNUSED,
-                            inert_modules=INERT, extra_modules=diffusers_scheduler_modules())
+                            inert_modules=INERT, extra_modules=rh.diffusers_scheduler_modules())
     try:
         with rh.reference_modules(spec, TINY_KWARGS), torch.no_grad():
             return body()
@@ -149,17 +105,6 @@ def run_reference(body, rewrites=REWRITES):
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         for k in extra:
             sys.modules.pop(k, None)
-
-
-def _tqdm_stub():
-    try:
-        import tqdm  # noqa: F401
-
-        return None
-    except ImportError:
-        stub = types.ModuleType("tqdm")
-        stub.tqdm = lambda it=None, *a, **k: it
-        return stub
 
 
 def reference_args(frames, config="inference.yaml", **inference) -> dict:

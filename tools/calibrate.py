@@ -41,7 +41,8 @@ def calibrate_layers(model, context, latent_hw, channels, frames=24, schedule="s
 def run_calibrate(args) -> int:
     if args.checkpoint:
         from ..fastar_core.files.wan_checkpoint import load_wan_model
-        from .generate import pick_device, random_conditioning
+        from .checks import random_conditioning
+        from .generate import pick_device
 
         model, ckpt = load_wan_model(args.checkpoint, device=pick_device(None))
         result = calibrate_layers(model, random_conditioning(ckpt.config.text_dim, 0), (60, 104), ckpt.config.in_dim,

@@ -166,6 +166,14 @@ def _regular_file(flag: str, path: str) -> Path:
     return p
 
 
+def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int = 24) -> torch.Tensor:
+    """UMT5-shaped stand-in: ``used`` random token rows, the rest zero-padded like a real prompt."""
+    g = torch.Generator().manual_seed(seed)
+    ctx = torch.zeros(1, tokens, text_dim)
+    ctx[:, :used] = torch.randn(1, used, text_dim, generator=g) * 0.2
+    return ctx
+
+
 def read_conditioning(path: str) -> torch.Tensor:
     """--cond's tensor ``[1, L, text_dim]`` (key ``context`` or the file's only tensor), checked but for its width,
     which needs the model. Read through the checkpoints' checked loader (header, sizes against the file and
@@ -220,11 +228,16 @@ class Inputs:
     context: torch.Tensor | None
     calibration_layers: list | None
     actions: ActionScript | None = None
+    camera: object = None  # a LingBot-World 2.0 CameraPath (--camera)
 
 
 def check_generate(args) -> Inputs:
     """Every check that needs no model: run before the checkpoint is read."""
     device = parse_device(args.device)
+    # Left out, the chunk is the family's own (LingBot-World 2.0: 4); the option's default is Self-Forcing's 3.
+    given = getattr(args, "argv", None)
+    args.frames_per_block_given = given is None or any(
+        a == "--frames-per-block" or a.startswith("--frames-per-block=") for a in given)
     check_sizes(args)
     check_contradictions(args)
     from ..fastar_core.rollout.schedule import get_schedule
@@ -246,7 +259,14 @@ def check_generate(args) -> Inputs:
     context = read_conditioning(args.cond) if args.cond else None
     layers = read_calibration(args.calibration) if args.calibration else None
     actions = read_actions(args.actions) if getattr(args, "actions", None) else None
-    return Inputs(device, context, layers, actions)
+    camera = None
+    if getattr(args, "camera", None):
+        from ..fastar_core.families.lingbot.camera import read_camera_folder
+
+        if actions is not None:
+            raise FastARError(f"--camera {args.camera} and --actions {args.actions} both steer the camera; give one")
+        camera = read_camera_folder(args.camera)
+    return Inputs(device, context, layers, actions, camera)
 
 
 def read_actions(path: str) -> ActionScript:
@@ -279,7 +299,11 @@ def fill_model_size(args, cfg) -> None:
 def check_against_model(args, inputs: Inputs, cfg) -> None:
     if inputs.actions is not None:
         raise FastARError(f"--actions {args.actions}: this checkpoint ({cfg.family}) takes no actions; only "
-                          "Matrix-Game 2.0 checkpoints are steered by keys and mouse; drop --actions")
+                          "Matrix-Game 2.0 checkpoints are steered by keys and mouse, LingBot-World 2.0 by keys "
+                          "moving its camera; drop --actions")
+    if inputs.camera is not None:
+        raise FastARError(f"--camera {args.camera}: this checkpoint ({cfg.family}) takes no camera path; only "
+                          "LingBot-World 2.0 is steered by one; drop --camera")
     if inputs.context is not None and inputs.context.shape[-1] != cfg.text_dim:
         raise FastARError(f"--cond {args.cond}: conditioning has width {inputs.context.shape[-1]}; this model "
                           f"takes {cfg.text_dim} (shape [1, tokens, {cfg.text_dim}])")

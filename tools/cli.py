@@ -19,7 +19,8 @@ from .parsing import OneLineParser
 
 def _add_generate(sub):
     p = sub.add_parser("generate", help="generate a long latent video from a Wan2.1 AR checkpoint")
-    p.add_argument("--checkpoint", required=True, help=".safetensors or .pt of the Self-Forcing family")
+    p.add_argument("--checkpoint", required=True, help=".safetensors or .pt of the Self-Forcing family, a Matrix-Game "
+                                                       "2.0 .safetensors, or a LingBot-World 2.0 model folder")
     p.add_argument("--frames", type=int, required=True, help="latent frames to generate (4 video frames each)")
     p.add_argument("--height", type=int, default=None,
                    help="video height in pixels (multiple of 16; default: the model's own, 480 for Wan2.1)")
@@ -27,7 +28,11 @@ def _add_generate(sub):
                    help="video width in pixels (multiple of 16; default: the model's own, 832 for Wan2.1)")
     p.add_argument("--cond", help="safetensors file holding the text conditioning [1, L, text_dim]")
     p.add_argument("--actions", help="action script (JSON or lines: a timeline of keys and mouse moves in seconds) "
-                                     "steering a Matrix-Game 2.0 checkpoint; see fastar_core/rollout/action_script.py")
+                                     "steering a Matrix-Game 2.0 checkpoint, or keys moving LingBot-World 2.0's "
+                                     "camera (variant lingbot); see fastar_core/rollout/action_script.py")
+    p.add_argument("--camera", help="camera path steering a LingBot-World 2.0 checkpoint: a folder holding poses.npy "
+                                    "[frames, 4, 4] (camera-to-world, OpenCV) and intrinsics.npy [frames, 4] (fx fy "
+                                    "cx cy at 480x832), the release's examples/ format")
     p.add_argument("--out", required=True, help="output folder (latent.safetensors, stats.json)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1 (the same seed gives the same video)")
     p.add_argument("--schedule", default=None,
@@ -42,7 +47,8 @@ def _add_generate(sub):
     p.add_argument("--mode", default="auto", choices=list(MODE_CHOICES),
                    help="rolling = Rolling Forcing window; auto: rolling for the rolling-forcing schedule, else chunk")
     p.add_argument("--frames-per-block", type=int, default=FRAMES_PER_BLOCK,
-                   help="latent frames denoised together per chunk (3 for Self-Forcing, 1 for Causal Forcing)")
+                   help=f"latent frames denoised together per chunk (default {FRAMES_PER_BLOCK}: Self-Forcing's; 1 for "
+                        "Causal Forcing; left out, a LingBot-World 2.0 model takes its own 4)")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="cast the weights")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--lora", help="LongLive-style PEFT LoRA file merged into the weights")
@@ -66,8 +72,9 @@ def _add_weights_entry(p) -> None:
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="fastar", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("info", help="describe a checkpoint (Wan2.1 family, or Matrix-Game 2.0 and its variant)")
-    p.add_argument("checkpoint", help=".safetensors or .pt checkpoint to describe")
+    p = sub.add_parser("info", help="describe a checkpoint (Wan2.1 family, Matrix-Game 2.0 and its variant, "
+                                    "LingBot-World 2.0 and its size)")
+    p.add_argument("checkpoint", help=".safetensors or .pt checkpoint, or a LingBot-World 2.0 model folder")
     p.add_argument("--json", action="store_true", help="print JSON")
     _add_weights_entry(p)
     _add_generate(sub)
@@ -96,15 +103,16 @@ def build_parser() -> OneLineParser:
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
                                    "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling",
-                                   "live-world"],
+                                   "lingbot-cap", "live-world"],
                    help="which benchmark (kernels and gpu-rollout need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
     p.add_argument("--model", "--scenario", dest="model", default="demo",
-                   choices=["demo", "wan-shapes", "longlive2-5b", "world"],
+                   choices=["demo", "wan-shapes", "longlive2-5b", "lingbot", "world"],
                    help="rollout model: the demo, random weights at Wan2.1-1.3B shapes, or at Wan2.2-TI2V-5B shapes "
-                        "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only), or the "
-                        "steered world model on a revisiting path (pareto only)")
+                        "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only), or at "
+                        "LingBot-World 2.0's with its rollout (blocks of 4, window 18 sink 6, a camera path; rollout "
+                        "only), or the steered world model on a revisiting path (pareto only)")
     p.add_argument("--weights", default=None, help="--model world and live-world: a steered-world .safetensors "
                                                     "(default: the bundled world model)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
@@ -136,9 +144,11 @@ def build_parser() -> OneLineParser:
 
 
 def cmd_info(args) -> int:
-    from ..fastar_core.files.model_files import is_matrix_game_file
+    from ..fastar_core.files.model_files import is_lingbot, is_matrix_game_file
     from ..fastar_core.files.wan_checkpoint import load_checkpoint
 
+    if is_lingbot(args.checkpoint):
+        return _info_lingbot(args)
     if is_matrix_game_file(args.checkpoint):
         return _info_matrix_game(args)
     ckpt = load_checkpoint(args.checkpoint, check_finite=True, weights_entry=args.weights_entry)
@@ -197,6 +207,39 @@ def _info_matrix_game(args) -> int:
     print(f"dtype       {summary['dtype']}")
     print(f"parameters  {summary['parameters']:,}")
     print(f"prefix      stripped: {summary['prefix_stripped']}")
+    return 0
+
+
+def _info_lingbot(args) -> int:
+    """A LingBot-World 2.0 model folder: its size, its shards, and how the pack runs it by default."""
+    from ..fastar_core.errors import FastARError
+    from ..fastar_core.families.lingbot.checkpoint import load_lingbot_checkpoint
+    from ..fastar_core.families.lingbot.rollout import FRAMES_PER_BLOCK, SCHEDULE, default_cache
+    from ..fastar_core.rollout.action_script import VARIANTS
+    from ..fastar_core.rollout.schedule import get_schedule
+
+    if args.weights_entry != "auto":
+        raise FastARError(f"--weights-entry {args.weights_entry}: a LingBot-World 2.0 folder holds one set of weights; "
+                          "drop --weights-entry")
+    ckpt = load_lingbot_checkpoint(args.checkpoint)
+    summary, cfg = ckpt.summary(), ckpt.config
+    cache, schedule = default_cache(cfg), get_schedule(SCHEDULE)
+    summary.update({"frames_per_block": FRAMES_PER_BLOCK, "cache": cache.to_dict(), "schedule": schedule.to_dict(),
+                    "keys": {k.letter: k.name for k in VARIANTS["lingbot"].keys}})
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"file        {summary['path']} ({summary['shards']} safetensors file{'s' if summary['shards'] > 1 else ''})")
+    print(f"family      LingBot-World 2.0, size {cfg.size} (image-to-video, steered by a camera path)")
+    print(f"config      dim {cfg.dim}, {cfg.num_heads} heads x {cfg.head_dim}, {cfg.num_layers} layers, ffn "
+          f"{cfg.ffn_dim}, in/out {cfg.in_dim}/{cfg.out_dim} ch, text {cfg.text_dim}, camera {cfg.camera_dim}, patch "
+          f"{tuple(cfg.patch_size)}")
+    print(f"rollout     chunks of {FRAMES_PER_BLOCK}, {cache.describe()}, schedule {SCHEDULE} "
+          f"({schedule.num_steps} steps at shift {schedule.shift:g})")
+    print(f"steering    --camera FOLDER (poses.npy, intrinsics.npy) or --actions FILE (variant lingbot: "
+          f"{VARIANTS['lingbot'].valid_keys()})")
+    print(f"dtype       {summary['dtype']}")
+    print(f"parameters  {summary['parameters']:,}")
     return 0
 
 

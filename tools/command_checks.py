@@ -117,8 +117,8 @@ def check_bench(args) -> None:
         if not torch.cuda.is_available():
             raise FastARError(f"bench {args.what} needs a CUDA GPU and none is visible; on a CPU run `fastar bench "
                               "rollout`, `fastar bench attention` or the tests")
-    if getattr(args, "model", None) == "longlive2-5b" and args.what != "rollout":
-        raise FastARError(f"--scenario longlive2-5b is a rollout scenario; bench {args.what} runs on demo or "
+    if getattr(args, "model", None) in ("longlive2-5b", "lingbot") and args.what != "rollout":
+        raise FastARError(f"--scenario {args.model} is a rollout scenario; bench {args.what} runs on demo or "
                           "wan-shapes")
     if args.modes:
         from .bench.scenarios import bench_modes

@@ -32,8 +32,12 @@ REFERENCES = {
     # The upstream Matrix-Game 2.0 release as the fork carries it (the fork's own changes come later on main);
     # the repository also holds Matrix-Game 1, so only Matrix-Game-2/ is taken, as the folder's root.
     "matrix_game": ("zoheth/Matrix-Game", "main", "8ed02bd612df7dcb9df252a445569359b54f1b30", "Matrix-Game-2"),
+    # LingBot-World 2.0's causal-fast release (CC BY-NC-SA 4.0: read and run from outside this repository only).
+    "lingbot": ("robbyant/lingbot-world-v2", "main", "2648877f763a06cc743bcd919936da4d25f12e7b"),
 }
 KEEP_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".jsonl")
+# What a reference's tests read beside its code: LingBot-World 2.0's run script and its example camera paths.
+EXTRA_SUFFIXES = {"lingbot": (".sh", ".npy")}
 
 
 def git(git_dir: Path, *args: str) -> bytes:
@@ -75,7 +79,8 @@ def extract(name: str, git_dir: Path, commit: str, dest: Path) -> int:
             continue
         meta, path = line.decode().split("\t", 1)
         mode, kind, blob = meta.split()
-        if kind != "blob" or mode == "120000" or not path.endswith(KEEP_SUFFIXES) or not path.startswith(prefix):
+        keep = KEEP_SUFFIXES + EXTRA_SUFFIXES.get(name, ())
+        if kind != "blob" or mode == "120000" or not path.endswith(keep) or not path.startswith(prefix):
             continue
         try:
             data = git(git_dir, "cat-file", "blob", blob)

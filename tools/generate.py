@@ -32,14 +32,6 @@ from . import checks
 from .outputs import LATENT_FILE, STATS_FILE, run_lock, write_run
 
 
-def random_conditioning(text_dim: int, seed: int, tokens: int = 512, used: int = 24) -> torch.Tensor:
-    """UMT5-shaped stand-in: ``used`` random token rows, the rest zero-padded like a real prompt."""
-    g = torch.Generator().manual_seed(seed)
-    ctx = torch.zeros(1, tokens, text_dim)
-    ctx[:, :used] = torch.randn(1, used, text_dim, generator=g) * 0.2
-    return ctx
-
-
 def pick_device(name: str | None) -> torch.device:
     return checks.parse_device(name)
 
@@ -59,10 +51,14 @@ def run_generate(args) -> int:
 
 
 def _run(args, inputs, device, parallel) -> int:
-    from ..fastar_core.files.model_files import is_matrix_game_file
+    from ..fastar_core.files.model_files import is_lingbot, is_matrix_game_file
     from ..fastar_core.rollout.engine import build_sampler
     from .args import settings_from_arguments
 
+    if is_lingbot(args.checkpoint):
+        from .generate_lingbot import run_lingbot
+
+        return run_lingbot(args, inputs, device, parallel)
     if is_matrix_game_file(args.checkpoint):
         from .generate_world import run_world
 
@@ -100,7 +96,7 @@ def _run(args, inputs, device, parallel) -> int:
     if inputs.context is not None:
         ctx, cond_note = inputs.context, f"from {args.cond}"
     else:
-        ctx, cond_note = random_conditioning(cfg.text_dim, args.seed), "seeded random stand-in (no --cond given)"
+        ctx, cond_note = checks.random_conditioning(cfg.text_dim, args.seed), "seeded random stand-in (no --cond given)"
         if is_main:
             print("no --cond given: using a seeded random stand-in for the text conditioning")
     runner = CausalRunner(model, parallel=parallel)

@@ -56,6 +56,9 @@ def run_world(args, inputs, device, parallel) -> int:
     if parallel is not None:
         raise FastARError("a Matrix-Game 2.0 rollout runs on one device; start it without torchrun")
     refuse_text_options(args)
+    if inputs.camera is not None:
+        raise FastARError(f"--camera {args.camera}: a Matrix-Game 2.0 checkpoint is steered by keys and mouse "
+                          "(--actions), not a camera path; drop --camera")
     ckpt = load_matrix_game_checkpoint(args.checkpoint, dtype=DTYPES.get(args.dtype))
     cfg = ckpt.config
     if inputs.actions is None:

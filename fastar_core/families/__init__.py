@@ -1,5 +1,5 @@
-"""Model families that change Wan's block or inputs, a folder each: ``matrix_game`` (Matrix-Game 2.0), ``demo`` (the
-bundled demo models; its steered world is a family).
+"""Model families that change Wan's block or inputs, a folder each: ``matrix_game`` (Matrix-Game 2.0), ``lingbot``
+(LingBot-World 2.0), ``demo`` (the bundled demo models; its steered world is a family).
 
 A family subclasses ``forward.family.ModelFamily`` and registers itself on import; this package imports every
 shipped family, and ``fastar_core`` imports this package, so ``family_for`` knows them all.
@@ -8,4 +8,5 @@ Imports: every other room (a family's loader reads through ``files``, its rollou
 """
 
 from .demo import family as demo_family  # noqa: F401 - registers the family
+from .lingbot import family as lingbot_family  # noqa: F401 - registers the family
 from .matrix_game import family as matrix_game_family  # noqa: F401 - registers the family

@@ -9,6 +9,8 @@ cross-attention K/V per pass (image latents, actions) puts the rollout's ``Condi
 - ``model_input``: channels joined to the noisy latent before the patch embedding (Matrix-Game 2.0: mask + image);
 - ``encode_context``: where the cross-attention context comes from (Wan: the T5 prompt through
   ``text_embedding``; Matrix-Game: CLIP-vision tokens through ``img_emb``);
+- ``after_self_attention``: the self-attention residual and the cross-attention query (LingBot-World 2.0 scales
+  and shifts the hidden state by its camera between them);
 - ``block_tail``: the block after cross-attention (Wan: residual and feed-forward; Matrix-Game puts its action
   module between them);
 - ``extra_caches``: caches of its own, committed and rewound with the self-attention cache (``CacheSet``);
@@ -111,6 +113,11 @@ class ModelFamily:
     def encode_context(self, runner, cond, segment):
         """Cross-attention K/V (a ``TextState``) for the context in force: a prompt ``segment`` for Wan."""
         return runner.encode_text(segment.context)
+
+    def after_self_attention(self, runner, layer, blk, x, y, gate1, context, info):
+        """Block ``layer``'s self-attention output ``y`` into the hidden state, and the cross-attention query:
+        Wan's gated residual, then the query of ``norm3`` of the result."""
+        return runner.pieces.after_self_attention(blk, x, y, gate1, runner.geometry.num_heads)
 
     def block_tail(self, runner, layer, blk, x, y, shift2, scale2, gate2, context, caches, info, commit):
         """Block ``layer`` after its cross-attention output ``y``: Wan's residual and gated feed-forward."""

@@ -213,7 +213,7 @@ class CausalRunner:
             return x
         if sp is not None:  # back to every head of this rank's tokens
             y = sp.tokens_from_heads(y, F)
-        x, cq = pieces.after_self_attention(blk, x, y, gate1, heads)
+        x, cq = self.family.after_self_attention(self, i, blk, x, y, gate1, text, info)
         y = self.attention.cross_attention(i, cq, text.k[i], text.v[i], info)
         return self.family.block_tail(self, i, blk, x, y, shift2, scale2, gate2, text, cache, info, commit)
 

@@ -44,12 +44,23 @@ def self_attention_inputs(blk, x: torch.Tensor, e0: torch.Tensor, num_heads: int
 
 def after_self_attention(blk, x: torch.Tensor, y: torch.Tensor, gate1: torch.Tensor, num_heads: int):
     """Output projection and gated residual of self-attention; then the cross-attention query."""
+    x = self_attention_residual(blk, x, y, gate1)
+    return x, cross_attention_query(blk, x, num_heads)
+
+
+def self_attention_residual(blk, x: torch.Tensor, y: torch.Tensor, gate1: torch.Tensor):
+    """The self-attention output projection and gated residual alone (families that change the hidden state
+    before cross-attention: LingBot-World's camera)."""
     b, n, dim = x.shape
     frames = gate1.shape[1]
     y = blk.self_attn.o(y.transpose(1, 2).reshape(b, n, dim))
-    x = x + (_per_frame(y, frames) * gate1).view(b, n, dim)
+    return x + (_per_frame(y, frames) * gate1).view(b, n, dim)
+
+
+def cross_attention_query(blk, x: torch.Tensor, num_heads: int):
+    """The cross-attention query of hidden state ``x`` (the second half of ``after_self_attention``)."""
     ca = blk.cross_attn
-    return x, split_heads(ca.norm_q(ca.q(blk.norm3(x))), num_heads)
+    return split_heads(ca.norm_q(ca.q(blk.norm3(x))), num_heads)
 
 
 def after_cross_attention(blk, x: torch.Tensor, y: torch.Tensor, shift2: torch.Tensor, scale2: torch.Tensor,
@@ -97,11 +108,12 @@ class BlockForward:
     def __init__(self, compile_kwargs: dict | None = None):
         self.compile_kwargs = None if compile_kwargs is None else check_compile_kwargs(dict(compile_kwargs))
         pieces: tuple = (self_attention_inputs, after_self_attention, after_cross_attention, cross_attention_residual,
-                         feed_forward)
+                         feed_forward, self_attention_residual, cross_attention_query)
         if self.compile_kwargs is not None:
             pieces = tuple(torch.compile(p, **self.compile_kwargs) for p in pieces)
         (self.self_attention_inputs, self.after_self_attention, self.after_cross_attention,
-         self.cross_attention_residual, self.feed_forward) = pieces
+         self.cross_attention_residual, self.feed_forward, self.self_attention_residual,
+         self.cross_attention_query) = pieces
 
     @property
     def compiled(self) -> bool:

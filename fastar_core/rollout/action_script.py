@@ -1,4 +1,5 @@
-"""Action scripts: what a person writes to steer a Matrix-Game 2.0 rollout, turned into per-frame actions.
+"""Action scripts: what a person writes to steer a world model (Matrix-Game 2.0's keys and mouse, LingBot-World
+2.0's camera), turned into per-frame actions or camera poses.
 
 A script is a timeline in seconds of video. Each entry names the keys held from its time on, and optionally a
 mouse move; it holds until the next entry. As JSON::
@@ -28,9 +29,18 @@ action names of its benchmark conditions), so a script means what the model was 
   Q (or no key) holds the camera still; no mouse. Its latent is the video itself, so it takes one action per frame
   (``time_stride`` 1) and its ``fps`` defaults to 16, the demo's video rate.
 
-``mouse`` gives [pitch, yaw] per frame directly instead of camera or steering keys. ``mouse_step`` (default 0.1,
-the reference's camera value) is the per-frame move of those keys. ``fps`` (default 12, the rate the reference
-writes its videos at) converts seconds to video frames; an entry starts at the nearest frame.
+- lingbot (LingBot-World 2.0, steered by a camera path): W forward, S back, A strafe left, D strafe right; I or the
+  up arrow ("up") looks up, K ("down") down, J ("left") turns left, L ("right") right. The script becomes a camera
+  pose per video frame (``to_poses``) by the motion model of ``camera_motion.py``: ``move_speed`` (units per
+  second; only ratios reach the model), ``turn_rate`` and ``look_rate`` (degrees per second; defaults 16 and 7,
+  the release's example paths' medians), ``fov`` (the horizontal field of view of its intrinsics, default 79
+  degrees); its ``fps`` defaults to 16, the release's video rate. A held key keeps moving or turning the camera
+  every frame; releasing it stops it at once.
+
+``mouse`` gives [pitch, yaw] per frame directly instead of camera or steering keys (Matrix-Game only).
+``mouse_step`` (default 0.1, the reference's camera value) is the per-frame move of those keys. ``fps`` (default 12,
+the rate Matrix-Game writes its videos at; 16 for lingbot) converts seconds to video frames; an entry starts at the
+nearest frame.
 
 Actions live at the video (pixel) frame rate: a video of ``1 + 4(T - 1)`` frames for ``T`` latent frames takes a
 keyboard tensor ``[frames, keys]`` (multi-hot) and a mouse tensor ``[frames, 2]`` (or none for templerun).
@@ -43,17 +53,22 @@ import json
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..errors import FastARError
+from .camera_motion import FOV, LOOK_RATE, MOVE_SPEED, TURN_RATE, intrinsics_for_fov, poses_from_keys
 from .video_geometry import VAE_TEMPORAL
 
 DEFAULT_FPS = 12.0
 DEFAULT_MOUSE_STEP = 0.1
+CAMERA_DEFAULTS = (MOVE_SPEED, TURN_RATE, LOOK_RATE, FOV)
 MAX_FPS = 240.0
 MAX_ENTRIES = 100_000
 MAX_SECONDS = 24 * 3600.0
-SCRIPT_FIELDS = ("variant", "fps", "mouse_step", "timeline")
+CAMERA_FIELDS = ("move_speed", "turn_rate", "look_rate", "fov")  # the camera variants' motion model
+BASE_FIELDS = ("variant", "fps", "mouse_step", "timeline")
+SCRIPT_FIELDS = (*BASE_FIELDS, *CAMERA_FIELDS)
 ENTRY_FIELDS = ("at", "keys", "mouse")
 
 
@@ -63,6 +78,8 @@ class Key:
     name: str  # the action name in the reference's benchmark conditions
     column: int | None = None  # keyboard column it sets, or None for a mouse key
     mouse: tuple[float, float] = (0.0, 0.0)  # unit [pitch, yaw] a mouse key moves per frame
+    motion: tuple = (0.0, 0.0, 0.0, 0.0)  # a camera key's unit (forward, right, up, turn right)
+    aliases: tuple = ()  # other names it answers to (arrow keys)
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,7 @@ class Variant:
     has_mouse: bool
     one_at_a_time: bool = False
     idle_letter: str | None = None  # the key that means "no move" when none is held
+    camera: bool = False  # steered by a camera path: the script becomes poses (to_poses), not tensors
     # video frames per latent frame after the first: 4 through Wan's VAE, 1 where the latent is the video (demo)
     time_stride: int = VAE_TEMPORAL
     default_fps: float = DEFAULT_FPS
@@ -84,14 +102,14 @@ class Variant:
 
     def key(self, token: str) -> Key | None:
         t = token.strip().lower()
-        return next((k for k in self.keys if t in (k.letter.lower(), k.name)), None)
+        return next((k for k in self.keys if t in (k.letter.lower(), k.name, *k.aliases)), None)
 
     def of(self, letter: str) -> Key:
         """The key of a letter already checked (an entry's)."""
         return next(k for k in self.keys if k.letter == letter)
 
     def valid_keys(self) -> str:
-        return ", ".join(f"{k.letter} ({k.name})" for k in self.keys)
+        return ", ".join(f"{k.letter} ({'/'.join((k.name, *k.aliases))})" for k in self.keys)
 
 
 VARIANTS = {
@@ -108,6 +126,14 @@ VARIANTS = {
         Key("Q", "nomove", 0), Key("W", "jump", 1), Key("S", "slide", 2), Key("Z", "turnleft", 3),
         Key("C", "turnright", 4), Key("A", "leftside", 5), Key("D", "rightside", 6),
     ), has_mouse=False, one_at_a_time=True, idle_letter="Q", arrows=("W", "S", "Z", "C")),
+    "lingbot": Variant("lingbot", (
+        Key("W", "forward", motion=(1.0, 0.0, 0.0, 0.0)), Key("S", "back", motion=(-1.0, 0.0, 0.0, 0.0)),
+        Key("A", "strafe_left", motion=(0.0, -1.0, 0.0, 0.0)), Key("D", "strafe_right", motion=(0.0, 1.0, 0.0, 0.0)),
+        Key("I", "look_up", motion=(0.0, 0.0, 1.0, 0.0), aliases=("up",)),
+        Key("K", "look_down", motion=(0.0, 0.0, -1.0, 0.0), aliases=("down",)),
+        Key("J", "turn_left", motion=(0.0, 0.0, 0.0, -1.0), aliases=("left",)),
+        Key("L", "turn_right", motion=(0.0, 0.0, 0.0, 1.0), aliases=("right",)),
+    ), has_mouse=False, camera=True, default_fps=16.0),
     # The bundled demo world (fastar_core/families/demo): a camera moved one patch a frame, or held still (Q).
     "demo_world": Variant("demo_world", (
         Key("Q", "none", 0), Key("W", "up", 1), Key("S", "down", 2), Key("A", "left", 3), Key("D", "right", 4),
@@ -130,6 +156,11 @@ class ActionScript:
     fps: float
     mouse_step: float
     entries: tuple[ActionEntry, ...]
+    # the camera variants' motion model (camera_motion.py)
+    move_speed: float = MOVE_SPEED
+    turn_rate: float = TURN_RATE
+    look_rate: float = LOOK_RATE
+    fov: float = FOV
 
     @property
     def spec(self) -> Variant:
@@ -153,19 +184,41 @@ class ActionScript:
             pitch, yaw = pitch + dp * self.mouse_step, yaw + dy * self.mouse_step
         return [pitch, yaw]
 
-    def to_tensors(self, pixel_frames: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(keyboard [pixel_frames, keys], mouse [pixel_frames, 2] or None), float32: each entry's actions from
-        its frame until the next entry's. Entries at or past the end are left out (``unused``)."""
-        check_pixel_frames(pixel_frames, stride=self.spec.time_stride)
-        keyboard = torch.zeros(pixel_frames, self.spec.keyboard_dim)
-        mouse = torch.zeros(pixel_frames, 2) if self.spec.has_mouse else None
+    def _spans(self, pixel_frames: int):
+        """(entry, first frame, end frame) of each entry that starts within ``pixel_frames``."""
         for i, entry in enumerate(self.entries):
             if entry.frame >= pixel_frames:
                 break
             end = self.entries[i + 1].frame if i + 1 < len(self.entries) else pixel_frames
-            keyboard[entry.frame:end] = torch.tensor(self.keyboard_row(entry))
+            yield entry, entry.frame, min(end, pixel_frames)
+
+    def to_poses(self, pixel_frames: int) -> np.ndarray:
+        """A camera variant's path: a camera-to-world pose per video frame ``[pixel_frames, 4, 4]`` (OpenCV axes,
+        float64), by the motion model of ``camera_motion.py``."""
+        check_pixel_frames(pixel_frames)
+        if not self.spec.camera:
+            raise FastARError(f"a {self.variant} script steers by keyboard and mouse (to_tensors), not a camera path")
+        held = np.zeros((pixel_frames, 4))
+        for entry, start, end in self._spans(pixel_frames):
+            held[start:end] = np.sum([self.spec.of(k).motion for k in entry.keys], axis=0) if entry.keys else 0.0
+        return poses_from_keys(held, self.fps, self.move_speed, self.turn_rate, self.look_rate)
+
+    def intrinsics(self) -> np.ndarray:
+        """A camera variant's intrinsics ``[fx, fy, cx, cy]`` (pixels of a 480 x 832 video) for its ``fov``."""
+        return intrinsics_for_fov(self.fov)
+
+    def to_tensors(self, pixel_frames: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(keyboard [pixel_frames, keys], mouse [pixel_frames, 2] or None), float32: each entry's actions from
+        its frame until the next entry's. Entries at or past the end are left out (``unused``)."""
+        check_pixel_frames(pixel_frames, stride=self.spec.time_stride)
+        if self.spec.camera:
+            raise FastARError(f"a {self.variant} script steers a camera: turn it into poses (to_poses)")
+        keyboard = torch.zeros(pixel_frames, self.spec.keyboard_dim)
+        mouse = torch.zeros(pixel_frames, 2) if self.spec.has_mouse else None
+        for entry, start, end in self._spans(pixel_frames):
+            keyboard[start:end] = torch.tensor(self.keyboard_row(entry))
             if mouse is not None:
-                mouse[entry.frame:end] = torch.tensor(self.mouse_row(entry))
+                mouse[start:end] = torch.tensor(self.mouse_row(entry))
         return keyboard, mouse
 
     def unused(self, pixel_frames: int) -> list[ActionEntry]:
@@ -178,6 +231,9 @@ class ActionScript:
             if e.mouse is not None:
                 item["mouse"] = list(e.mouse)
             timeline.append(item)
+        if self.spec.camera:
+            return {"variant": self.variant, "fps": self.fps, **{f: getattr(self, f) for f in CAMERA_FIELDS},
+                    "timeline": timeline}
         return {"variant": self.variant, "fps": self.fps, "mouse_step": self.mouse_step, "timeline": timeline}
 
     def to_text(self) -> str:
@@ -185,6 +241,9 @@ class ActionScript:
         lines = [f"variant {self.variant}", f"fps {_exact(self.fps)}"]
         if self.mouse_step != DEFAULT_MOUSE_STEP:
             lines.append(f"mouse_step {_exact(self.mouse_step)}")
+        for name, default in zip(CAMERA_FIELDS, CAMERA_DEFAULTS):
+            if getattr(self, name) != default:
+                lines.append(f"{name} {_exact(getattr(self, name))}")
         for e in self.entries:
             mouse = "" if e.mouse is None else f"  mouse {_exact(e.mouse[0])} {_exact(e.mouse[1])}"
             lines.append(f"{_exact(e.at)}  {' '.join(e.keys) or '-'}{mouse}")
@@ -268,6 +327,8 @@ def parse_keys(spec: Variant, tokens, where: str) -> tuple[str, ...]:
 
 
 def _opposite(spec: Variant, a: Key, b: Key) -> bool:
+    if spec.camera:
+        return a.motion == tuple(-m for m in b.motion)
     if a.column is None:
         return a.mouse[0] == -b.mouse[0] and a.mouse[1] == -b.mouse[1]
     pairs = {"universal": ({0, 1}, {2, 3}), "gta_drive": ({0, 1},)}.get(spec.name, ())
@@ -278,7 +339,7 @@ def parse_script(data, what: str = "action script", entry_names: list[str] | Non
     """A script as JSON gives it (a dict); ``what`` names the input in every message, ``entry_names`` each entry
     (default ``timeline[i]``; the line format names its lines)."""
     if not isinstance(data, dict):
-        raise FastARError(f"{what}: expected an object with {', '.join(SCRIPT_FIELDS)}; got "
+        raise FastARError(f"{what}: expected an object with {', '.join(BASE_FIELDS)}; got "
                           f"{type(data).__name__}")
     unknown = sorted(set(map(str, data)) - set(SCRIPT_FIELDS))
     if unknown:
@@ -286,9 +347,22 @@ def parse_script(data, what: str = "action script", entry_names: list[str] | Non
     if "variant" not in data:
         raise FastARError(f"{what}: no variant; name the model's variant ({', '.join(VARIANTS)}): its keys differ")
     variant = check_variant(data["variant"], what)
-    fps = _finite_number(data.get("fps", VARIANTS[variant].default_fps), f"{what}: fps")
+    spec = VARIANTS[variant]
+    fps = _finite_number(data.get("fps", spec.default_fps), f"{what}: fps")
     if not 0 < fps <= MAX_FPS:
         raise FastARError(f"{what}: fps {fps:g} is out of range; valid: more than 0, at most {MAX_FPS:g}")
+    wrong = [f for f in (("mouse_step",) if spec.camera else CAMERA_FIELDS) if f in data]
+    if wrong:
+        kind = ("a camera path (move_speed, turn_rate, look_rate, fov)" if spec.camera
+                else "keys and a mouse (mouse_step)")
+        raise FastARError(f"{what}: {', '.join(wrong)} is not for {variant}, which is steered by {kind}")
+    camera = {}
+    for name, default in zip(CAMERA_FIELDS, CAMERA_DEFAULTS):
+        value = _finite_number(data.get(name, default), f"{what}: {name}")
+        if value <= 0 or (name == "fov" and value >= 180):
+            raise FastARError(f"{what}: {name} {value:g} is out of range; valid: more than 0"
+                              + (", less than 180 (degrees)" if name == "fov" else ""))
+        camera[name] = value
     step = _finite_number(data.get("mouse_step", DEFAULT_MOUSE_STEP), f"{what}: mouse_step")
     if step <= 0:
         raise FastARError(f"{what}: mouse_step {step:g} must be more than 0 (the per-frame move of the camera or "
@@ -299,7 +373,6 @@ def parse_script(data, what: str = "action script", entry_names: list[str] | Non
                           "[\"W\"]}")
     if len(timeline) > MAX_ENTRIES:
         raise FastARError(f"{what}: {len(timeline):,} timeline entries; at most {MAX_ENTRIES:,}")
-    spec = VARIANTS[variant]
     names = entry_names or [f"timeline[{i}]" for i in range(len(timeline))]
     entries: list[ActionEntry] = []
     for i, item in enumerate(timeline):
@@ -317,7 +390,7 @@ def parse_script(data, what: str = "action script", entry_names: list[str] | Non
                                   f"at {fps:g} fps) as {names[i - 1]} at {prev.at:g} s, which would never "
                                   f"apply; space them at least {1 / fps:.4g} s apart")
         entries.append(entry)
-    return ActionScript(variant, fps, step, tuple(entries))
+    return ActionScript(variant, fps, step, tuple(entries), **camera)
 
 
 def _parse_entry(spec: Variant, item, where: str, fps: float) -> ActionEntry:
@@ -341,7 +414,8 @@ def _parse_entry(spec: Variant, item, where: str, fps: float) -> ActionEntry:
     mouse = None
     if "mouse" in item:
         if not spec.has_mouse:
-            raise FastARError(f"{where}: {spec.name} has no mouse input (its model takes the keyboard only); drop "
+            raise FastARError(f"{where}: {spec.name} has no mouse input (its model takes "
+                              f"{'a camera path: look with I J K L' if spec.camera else 'the keyboard only'}); drop "
                               "\"mouse\"")
         raw = item["mouse"]
         if not isinstance(raw, list) or len(raw) != 2:
@@ -397,7 +471,7 @@ def _lines_to_dict(text: str, what: str) -> tuple[dict, list[str]]:
         tokens = line.split()
         head = tokens[0].rstrip(":").lower()
         where = f"{what}: line {n}"
-        if head in ("variant", "fps", "mouse_step"):
+        if head in ("variant", "fps", "mouse_step", *CAMERA_FIELDS):
             if len(tokens) != 2:
                 raise FastARError(f"{where}: write '{head} <value>' (e.g. 'variant universal', 'fps 12')")
             if head in data:
@@ -439,6 +513,8 @@ def script_from_tensors(keyboard: torch.Tensor, mouse: torch.Tensor | None, vari
     actions starts an entry). Mouse moves that are a sum of the variant's mouse keys at ``mouse_step`` are
     written as those keys, others as explicit [pitch, yaw]."""
     spec = VARIANTS[check_variant(variant, what)]
+    if spec.camera:
+        raise FastARError(f"{what}: {variant} is steered by a camera path, not keyboard and mouse tensors")
     if keyboard.ndim != 2 or keyboard.shape[1] != spec.keyboard_dim:
         raise FastARError(f"{what}: keyboard has shape {list(keyboard.shape)}; {variant} takes [frames, "
                           f"{spec.keyboard_dim}]")

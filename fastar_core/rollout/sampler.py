@@ -570,7 +570,7 @@ class RolloutLoop:
                 info = self._info(c, s, position, frames, num_steps=schedule.num_steps)
                 x0 = self._predict_x0(x, sig, self._times(schedule, [s], [frames]), info)
                 if s + 1 < len(sigmas):
-                    nxt = torch.full((cfg.batch, frames), sigmas[s + 1], device=self.runner.device)
+                    nxt = torch.full((cfg.batch, frames), schedule.renoise_sigma(s + 1), device=self.runner.device)
                     x = add_noise(x0, self.noise(c, s + 1, frames), nxt)
                 self._tick()
             self._check_finite(x0, c)
@@ -611,7 +611,7 @@ class RolloutLoop:
                 offset += frames
                 s = w - b
                 if s + 1 < n_steps:
-                    nxt = torch.full((cfg.batch, frames), sigmas[s + 1], device=self.runner.device)
+                    nxt = torch.full((cfg.batch, frames), self.schedule.renoise_sigma(s + 1), device=self.runner.device)
                     noisy[b] = add_noise(x0, self.noise(b, s + 1, frames), nxt)
                     continue
                 self._check_finite(x0, b)

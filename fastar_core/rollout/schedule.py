@@ -7,6 +7,12 @@ input is ``1000 * sigma`` unless a schedule says otherwise: CausVid passes 1000/
 its sampler converts with the sigma of the nearest entry of the shift-8 training table; Krea Realtime's server
 ends its list with a step at timestep 0, whose sigma is the table's smallest (about 0.005).
 
+LingBot-World 2.0 picks four entries (0, 250, 500, 750: ``generate()``'s default, which its ``generate.py`` never
+overrides) of Wan's 1000-step UniPC table at its config's shift 10, whose model timesteps are integers
+(``int(1000 sigma)``, several entries sharing one near the top): it converts a flow at the sigma of the first
+entry with that timestep, and re-noises to the second (diffusers' ``index_for_timestep``), so its re-noise levels
+(``renoise_sigmas``) are not its conversion levels: preset ``lingbot``.
+
 LongLive 2.0 (Wan2.2 TI2V-5B) solves each chunk with UniPC instead (``solver="unipc"``, ``unipc.py``): preset
 ``longlive2``, 4 steps at shift 5, the model fed the integer timesteps 999/937/833/624.
 """
@@ -65,6 +71,8 @@ class DenoisingSchedule:
     # "dmd": x0 then fresh noise to the next sigma (the Self-Forcing family); "unipc": LongLive 2.0's multistep
     # UniPC on flow predictions, no re-noising (fastar_core/rollout/unipc.py)
     solver: str = "dmd"
+    # dmd: the level each step's x0 is re-noised to before step i + 1 (None: the sigma of step i + 1)
+    renoise_sigmas: tuple | None = None
 
     def __post_init__(self):
         if self.solver not in SOLVERS:
@@ -78,6 +86,14 @@ class DenoisingSchedule:
         if self.model_timesteps is not None and len(self.model_timesteps) != len(self.sigmas):
             raise FastARError(f"a schedule needs one model timestep per sigma; got {len(self.model_timesteps)} for "
                               f"{len(self.sigmas)}")
+        if self.renoise_sigmas is not None and (len(self.renoise_sigmas) != len(self.sigmas) - 1
+                                                or any(not (0 < s <= 1) for s in self.renoise_sigmas)):
+            raise FastARError(f"a schedule's re-noise levels are one per step after the first, in (0, 1]; got "
+                              f"{list(self.renoise_sigmas)} for {len(self.sigmas)} steps")
+
+    def renoise_sigma(self, step: int) -> float:
+        """The level step ``step``'s input is noised to from the previous step's x0 (``step >= 1``)."""
+        return self.sigmas[step] if self.renoise_sigmas is None else self.renoise_sigmas[step - 1]
 
     @property
     def num_steps(self) -> int:
@@ -96,6 +112,8 @@ class DenoisingSchedule:
             out["timesteps"] = [round(t, 4) for t in self.timesteps]
         if self.solver != "dmd":
             out["solver"] = self.solver
+        if self.renoise_sigmas is not None:
+            out["renoise_sigmas"] = [round(s, 6) for s in self.renoise_sigmas]
         return out
 
 
@@ -119,6 +137,18 @@ def unipc_schedule(name: str, steps: int, shift: float) -> DenoisingSchedule:
     return DenoisingSchedule(name, sigmas, shift, timesteps, solver="unipc")
 
 
+def indexed_table_schedule(name: str, indices, shift: float, num_train_timesteps: int = 1000) -> DenoisingSchedule:
+    """Entries ``indices`` of the ``num_train_timesteps``-step UniPC table at ``shift``, as LingBot-World 2.0 runs
+    them: the model fed each entry's integer timestep, its flow converted at the first table entry of that
+    timestep (``argmin |t - timestep|``), the step before it re-noised to the second (the first when alone)."""
+    sigmas, timesteps = unipc_steps(num_train_timesteps, shift, num_train_timesteps)
+    picked = [timesteps[i] for i in indices]
+    same = [[j for j, t in enumerate(timesteps) if t == p] for p in picked]
+    convert = tuple(sigmas[s[0]] for s in same)
+    renoise = tuple(sigmas[s[1] if len(s) > 1 else s[0]] for s in same[1:])
+    return DenoisingSchedule(name, convert, shift, tuple(picked), renoise_sigmas=renoise)
+
+
 SCHEDULE_PRESETS = {
     "self-forcing": DenoisingSchedule("self-forcing", tuple(warp_steps([1000, 750, 500, 250], 5.0)), 5.0),
     "rolling-forcing": DenoisingSchedule("rolling-forcing", tuple(warp_steps([1000, 800, 600, 400, 200], 5.0)), 5.0),
@@ -131,6 +161,9 @@ SCHEDULE_PRESETS = {
     "matrix-game": DenoisingSchedule("matrix-game", tuple(warp_steps([1000, 666, 333], 5.0)), 5.0),
     # LongLive 2.0 (Wan2.2 TI2V-5B): 4 UniPC steps at shift 5, the model fed [999, 937, 833, 624].
     "longlive2": unipc_schedule("longlive2", 4, 5.0),
+    # LingBot-World 2.0 (causal fast, as generate.py runs it): entries 0, 250, 500, 750 of the 1000-step table at
+    # shift 10, the model fed [999, 967, 908, 768].
+    "lingbot": indexed_table_schedule("lingbot", (0, 250, 500, 750), 10.0),
 }
 # Presets whose first chunk is denoised with another list (Causal Forcing++'s denoising_step_list_first_chunk).
 FIRST_CHUNK_SCHEDULES = {"causal-forcing++-1step": "self-forcing", "causal-forcing++-2step": "self-forcing"}

@@ -42,6 +42,10 @@ def run_bench(args) -> int:
         for name, mode in report["modes"].items():
             print(f"{name}: {mode['frame_rate']}")
         print(f"verdict: {report['verdict']}")
+    elif args.what == "lingbot-cap":
+        from .lingbot_cap import run_lingbot_cap_bench
+
+        run_lingbot_cap_bench(out, frames=args.frames, rounds=args.repeats or 5, seed=args.seed)
     elif args.what == "live-world":
         from .live_world import run_live_world_bench
 

@@ -3,6 +3,7 @@ counts them), as tables per model and cache length, with the sequence-parallel t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from .flops import (  # noqa: F401 - the shapes and counts are this module's API too
@@ -89,6 +90,112 @@ def longlive2_table(s: ModelShape = LONGLIVE2_5B, grid_hw: tuple = LONGLIVE2_GRI
     return rows
 
 
+# LingBot-World 2.0 (generate.py as run_fast.sh runs it): chunks of 4 latent frames, 4 steps and a clean pass, a
+# window of 18 latent frames with a 6-frame sink, UMT5's 512 prompt tokens, the camera in every block; at 480x832
+# (60x104 latents: 1,560 tokens per frame) and 720x1280 (90x160: 3,600).
+LINGBOT_SIZES = {"1.3B": (1536, 12, 30, 8960), "14B": (5120, 40, 40, 13824)}
+LINGBOT_RESOLUTIONS = {"480x832": (30, 52), "720x1280": (45, 80)}  # token grid
+LINGBOT_WINDOW, LINGBOT_SINK, LINGBOT_CHUNK = 18, 6, 4
+CARDS_GB = (8, 16, 24)
+WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "4-bit": 0.5625}  # per parameter (4-bit: GGUF Q4_K's 4.5 bits)
+
+
+def lingbot_shape(size: str, resolution: str) -> ModelShape:
+    dim, heads, layers, ffn = LINGBOT_SIZES[size]
+    gh, gw = LINGBOT_RESOLUTIONS[resolution]
+    return ModelShape(f"LingBot-World 2.0 {size} {resolution}", dim=dim, heads=heads, layers=layers, ffn=ffn,
+                      tokens_per_frame=gh * gw, text_tokens=512, frames_per_block=LINGBOT_CHUNK, steps=4,
+                      camera_layers=4, camera_inputs=1536)
+
+
+def lingbot_parameters(size: str) -> int:
+    import torch
+
+    from ...fastar_core.families.lingbot.config import LingBotConfig
+    from ...fastar_core.families.lingbot.model import LingBotModel
+
+    dim, heads, layers, ffn = LINGBOT_SIZES[size]
+    with torch.device("meta"):
+        model = LingBotModel(LingBotConfig(dim=dim, num_heads=heads, num_layers=layers, ffn_dim=ffn))
+    return sum(p.numel() for p in model.parameters())
+
+
+def lingbot_modes() -> dict:
+    """The cache of the release (its window 18 with a 6-frame sink; the pack caches 14 of those frames, the chunk's
+    own 4 being the pass's keys), as int8, and TempCache holding the same 14 frames' worth and half of it."""
+    from ...fastar_core.caches.spec import CacheSpec, TempCacheSettings
+
+    window = CacheSpec(policy="window", window_frames=LINGBOT_WINDOW, sink_frames=LINGBOT_SINK)
+    cached = LINGBOT_WINDOW - LINGBOT_CHUNK
+    return {
+        "window": window,
+        "window-int8": replace(window, kv_quant="int8"),
+        "tempcache": CacheSpec(policy="tempcache", sink_frames=LINGBOT_SINK,
+                               tempcache=TempCacheSettings(capacity_frames=cached)),
+        "tempcache-half": CacheSpec(policy="tempcache", sink_frames=LINGBOT_SINK // 2,
+                                    tempcache=TempCacheSettings(capacity_frames=cached // 2)),
+    }
+
+
+def lingbot_table(video_frames: int = 961) -> list[dict]:
+    """Per size and resolution: the release's KV buffer (18 frames of K and V in bf16: the "21 GB" figure), each
+    mode's cache as the pack allocates it, FLOPs per chunk and over ``video_frames``, and which cards hold the
+    weights (bf16, fp8, 4-bit), the cache and one chunk's activations."""
+    frames = video_to_latent_frames(video_frames)
+    rows = []
+    for size in LINGBOT_SIZES:
+        params = lingbot_parameters(size)
+        for resolution, grid in LINGBOT_RESOLUTIONS.items():
+            s = lingbot_shape(size, resolution)
+            per_frame = 2 * s.layers * s.tokens_per_frame * s.dim * 2  # K and V, bf16
+            modes = lingbot_modes()
+            cache = {name: cache_bytes(s, grid, spec, frames) for name, spec in modes.items()}
+            # One chunk's activations in bf16: hidden states, the FFN's, q k v and attention's output (a floor).
+            activations = LINGBOT_CHUNK * s.tokens_per_frame * (s.ffn + 8 * s.dim) * 2
+            flops = {name: rollout_flops(s, frames, CacheCost.of(spec, s.frames_per_block)) for name, spec in
+                     modes.items()}
+            dense = rollout_flops(s, frames)
+            fits = {}
+            for weights, per_param in WEIGHT_BYTES.items():
+                need = {name: params * per_param + b + activations for name, b in cache.items()}
+                fits[weights] = {name: [gb for gb in CARDS_GB if n <= gb * 10**9] for name, n in need.items()}
+            rows.append({
+                "size": size, "resolution": resolution, "tokens_per_frame": s.tokens_per_frame, "parameters": params,
+                "keys_per_head_attended": LINGBOT_WINDOW * s.tokens_per_frame,
+                "kv_gib_per_latent_frame": round(per_frame / 2**30, 3),
+                "release_buffer_gib": round(LINGBOT_WINDOW * per_frame / 2**30, 2),
+                "release_buffer_gb": round(LINGBOT_WINDOW * per_frame / 1e9, 2),
+                "cache_gib": {k: round(v / 2**30, 2) for k, v in cache.items()},
+                "activations_gib": round(activations / 2**30, 2),
+                "weights_gib": {k: round(params * v / 2**30, 2) for k, v in WEIGHT_BYTES.items()},
+                "tflops_per_chunk": {k: round(v["per_chunk"][-2] / 1e12, 1) for k, v in flops.items()},
+                "speedup_vs_dense_global": {k: round(dense["total"] / v["total"], 2) for k, v in flops.items()},
+                "camera_share": round(flops["window"]["parts"]["camera"] / flops["window"]["total"], 4),
+                "fits_cards_gb": fits,
+            })
+    return rows
+
+
+def print_lingbot(section: dict) -> None:
+    modes = ("window", "window-int8", "tempcache", "tempcache-half")
+    print(f"\nLingBot-World 2.0, window {LINGBOT_WINDOW} with a {LINGBOT_SINK}-frame sink, chunks of {LINGBOT_CHUNK}, "
+          f"{section['video_frames']} video frames. Cache GiB; the smallest of the {'/'.join(map(str, CARDS_GB))} GB "
+          "cards holding weights + cache + one chunk's activations, per mode (window / int8 / tempcache / half), "
+          "with the weights in bf16, fp8, 4-bit")
+    print(f"{'model':14s} {'release':>14s} {'window':>7s} {'int8':>6s} {'temp':>6s} {'half':>6s} {'params':>7s} "
+          f"{'TFLOP/chunk':>11s}  {'bf16':>11s} {'fp8':>11s} {'4-bit':>11s}")
+    for r in section["rows"]:
+        c = r["cache_gib"]
+        cards = []
+        for weights in WEIGHT_BYTES:
+            smallest = [min(r["fits_cards_gb"][weights][m], default=None) for m in modes]
+            cards.append("/".join("-" if g is None else str(g) for g in smallest))
+        release = f"{r['release_buffer_gib']:.2f} ({r['release_buffer_gb']:.1f} GB)"
+        print(f"{r['size'] + ' ' + r['resolution']:14s} {release:>14s} {c['window']:7.2f} {c['window-int8']:6.2f} "
+              f"{c['tempcache']:6.2f} {c['tempcache-half']:6.2f} {r['parameters'] / 1e9:6.1f}B "
+              f"{r['tflops_per_chunk']['window']:11.1f}  " + " ".join(f"{x:>11s}" for x in cards))
+
+
 LONGLIVE2_CPU_FRAMES = (24, 48, 96)  # latent frames: one, two and three windows
 
 
@@ -138,6 +245,21 @@ def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) ->
                    "prompt tokens + 1 merged pad key)",
             "cache_gib": "bytes the policy allocates for the rollout (K and V in bf16 with their positions; "
                          "TempCache's groups with their counts and positions)"}}
+    report["lingbot"] = {
+        "video_frames": 961, "window_frames": LINGBOT_WINDOW, "sink_frames": LINGBOT_SINK,
+        "frames_per_block": LINGBOT_CHUNK, "modes": {k: v.describe() for k, v in lingbot_modes().items()},
+        "rows": lingbot_table(961),
+        "definitions": {
+            "release_buffer_gib": "the release's self-attention cache: local_attn_size (18) latent frames of K and V "
+                                  "in bf16 for every layer (its kv_size = 18 x tokens per frame)",
+            "cache_gib": "what the pack allocates for each mode (K and V in bf16 or int8 with their positions; the "
+                         "window caches 14 frames, the chunk's own 4 being the pass's keys)",
+            "keys_per_head_attended": "keys each query head attends to with the window full: 18 frames",
+            "fits_cards_gb": "cards (GB) whose memory holds the weights at that precision, the mode's cache and one "
+                             "chunk's activations (bf16); T5 and the VAE not counted (the release can keep T5 on "
+                             "the CPU; the VAE decodes between chunks)",
+            "camera_share": "share of the window mode's FLOPs in the camera layers",
+        }}
     write_json(out_dir / "cost_model.json", report)
     series_speed, series_share = {}, {}
     for name, m in models.items():
@@ -164,6 +286,7 @@ def run_cost_model(out_dir, cpu_frames: int = 240, capacity_frames: int = 21) ->
     ], title="LongLive 2.0 (Wan2.2-TI2V-5B) 704x1280, blocks of 8, window 32 sink 8")
     print_cost_model(report)
     print_longlive2(report["longlive2"])
+    print_lingbot(report["lingbot"])
     print_parallel(report["sequence_parallel"])
     return report
 

@@ -40,7 +40,8 @@ def _run(scenario, spec, fastar, frames, deadline, seed=0, device="cuda"):
         torch.cuda.reset_peak_memory_stats()
     status = "done"
     try:
-        sampler.generate(scenario.context, cfg, callback=record, cancel=lambda: time.monotonic() > deadline)
+        sampler.generate(scenario.conditioning(cfg.num_frames), cfg, callback=record,
+                         cancel=lambda: time.monotonic() > deadline)
     except GenerationCancelled:
         status = "budget"
     except torch.cuda.OutOfMemoryError:

@@ -27,8 +27,10 @@ from .window_ratio import ratio_to_window, round_ratios
 MEASURED_FRAMES = 48  # recall is measured on a separate, shorter run (measuring costs time)
 
 
-def run_mode(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: bool = False, on_chunk=None):
-    """One rollout of ``scenario`` with cache ``spec`` and attention ``fastar``; rows are per-chunk figures."""
+def run_mode(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: bool = False, on_chunk=None,
+             cond=None):
+    """One rollout of ``scenario`` with cache ``spec`` and attention ``fastar``; rows are per-chunk figures.
+    ``cond``: what it is conditioned on (default: the scenario's, for ``frames``)."""
     runner = scenario.runner()
     sampler = build_sampler(runner, fastar, measure=measure, rope_max_distance=scenario.rope_max_distance)
     cfg = RolloutConfig(num_frames=frames, latent_height=scenario.latent_hw[0], latent_width=scenario.latent_hw[1],
@@ -50,7 +52,9 @@ def run_mode(scenario: Scenario, spec, fastar, frames: int, seed: int, measure: 
 
     if cuda:
         torch.cuda.reset_peak_memory_stats(runner.device)
-    result = sampler.generate(scenario.context, cfg, initial_latents=scenario.initial_latents, callback=record)
+    result = sampler.generate(cond if cond is not None else scenario.conditioning(frames), cfg,
+                              initial_latents=scenario.initial_latents,
+                              callback=record)
     return result, rows
 
 

@@ -1,5 +1,7 @@
-"""What a rollout benchmark runs on: the bundled demo model, random weights at Wan-1.3B attention shapes, or random
-weights at Wan2.2-TI2V-5B shapes with LongLive 2.0's rollout (its UniPC schedule, blocks of 8, window 32, sink 8)."""
+"""What a rollout benchmark runs on: the bundled demo model, random weights at Wan-1.3B attention shapes, random
+weights at Wan2.2-TI2V-5B shapes with LongLive 2.0's rollout (its UniPC schedule, blocks of 8, window 32, sink 8), or
+random weights at LingBot-World 2.0's shapes with its rollout (blocks of 4, window 18 with a 6-frame sink, a camera
+path from a key timeline)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,13 @@ class Scenario:
     capacity_frames: int = 21
     sink_frames: int = 3
     make_runner: object = None  # () -> a CausalRunner of the model (a conditioned one); None: a plain runner
+    # frames -> the rollout's Conditioning, for a family conditioned on more than the prompt (``context`` stays
+    # the prompt, which the cost model counts); None: the prompt alone
+    make_conditioning: object = None
+
+    def conditioning(self, frames: int):
+        """What a rollout of ``frames`` latent frames is conditioned on."""
+        return self.make_conditioning(frames) if self.make_conditioning is not None else self.context
 
     def runner(self):
         from ...fastar_core.forward.runner import CausalRunner
@@ -109,7 +118,84 @@ def longlive2_scenario(seed: int = 0, device="cpu", heads: int | None = None, la
                            "window_frames": LONGLIVE2_WINDOW, "sink_frames": LONGLIVE2_SINK})
 
 
-SCENARIOS = {"demo": demo_scenario, "wan-shapes": wan_shapes_scenario, "longlive2-5b": longlive2_scenario}
+# LingBot-World 2.0 (generate.py as run_fast.sh runs it): chunks of 4, local_attn_size 18 (the chunk included), sink 6.
+LINGBOT_CHUNK = 4
+LINGBOT_WINDOW = 18
+LINGBOT_SINK = 6
+LINGBOT_PERIOD = 12  # seconds
+# The key timeline its bench camera follows, repeated every 12 s (at 16 fps): a walk that turns, looks up and
+# down, strafes.
+LINGBOT_TIMELINE = """variant lingbot
+0 W
+2 W L
+4 W
+5 W I
+6 D
+7 W J
+9 W K
+10 S
+11 -
+"""
+
+
+def lingbot_camera(frames: int, height: int, width: int):
+    """The bench's camera for ``frames`` latent frames: ``LINGBOT_TIMELINE`` repeated over the video."""
+    from ...fastar_core.families.lingbot.camera import check_path
+    from ...fastar_core.rollout.action_script import parse_text
+
+    head, *entries = LINGBOT_TIMELINE.strip().splitlines()
+    video = 4 * (frames - 1) + 1
+    repeats = video // (LINGBOT_PERIOD * 16) + 1
+    lines = [f"{float(e.split()[0]) + LINGBOT_PERIOD * k:g} {' '.join(e.split()[1:])}"
+             for k in range(repeats) for e in entries]
+    script = parse_text("\n".join([head, *lines]), "the bench's key timeline")
+    path = check_path(script.to_poses(video), script.intrinsics(), "the bench's key timeline")
+    return path.condition(frames, height, width)
+
+
+def lingbot_scenario(seed: int = 0, device="cpu", heads: int | None = None, layers: int | None = None,
+                     latent_hw=None) -> Scenario:
+    """Random weights at LingBot-World 2.0's shapes (head_dim 128, 36 input channels, the camera layers) with its
+    rollout: chunks of 4, schedule ``lingbot``, a window of 18 with a 6-frame sink, a start image and a camera
+    path from a key timeline.
+
+    On a GPU: the 1.3B's 12 heads, 30 layers, ffn 8960 at 480x832 (60x104 latents, 1,560 tokens per frame). On a
+    CPU the widths shrink (2 heads, 2 layers, 16x24 latents = 96 tokens per frame)."""
+    from ...fastar_core.families.lingbot.config import LingBotConfig
+    from ...fastar_core.families.lingbot.model import random_lingbot
+    from ...fastar_core.families.lingbot.rollout import lingbot_conditioning
+
+    cuda = torch.device(device).type == "cuda"
+    heads = heads or (12 if cuda else 2)
+    layers = layers or (30 if cuda else 2)
+    latent_hw = latent_hw or ((60, 104) if cuda else (16, 24))
+    cfg = LingBotConfig(dim=128 * heads, num_heads=heads, num_layers=layers,
+                        ffn_dim=(8960 if cuda else 4 * 128 * heads))
+    dtype = torch.bfloat16 if cuda else torch.float32
+    model = random_lingbot(cfg, seed=seed, dtype=dtype).to(device)
+    g = torch.Generator().manual_seed(seed)
+    context = torch.zeros(1, 512, cfg.text_dim)
+    context[:, :24] = torch.randn(1, 24, cfg.text_dim, generator=g) * 0.2
+    image = torch.randn(1, 16, 1, *latent_hw, generator=g)
+    blank = torch.randn(1, 16, 1, *latent_hw, generator=g)  # the VAE latent of a blank frame, every later frame
+
+    def conditioning(frames: int):
+        latents = torch.cat([image, blank.expand(-1, -1, frames - 1, -1, -1)], dim=2)
+        camera = lingbot_camera(frames, latent_hw[0] * 8, latent_hw[1] * 8)
+        return lingbot_conditioning(context, latents, camera)
+
+    tpf = (latent_hw[0] // 2) * (latent_hw[1] // 2)
+    return Scenario(name="lingbot", model=model, context=context, latent_hw=latent_hw, channels=16,
+                    schedule="lingbot", frames_per_block=LINGBOT_CHUNK, quality=False,
+                    capacity_frames=LINGBOT_WINDOW - LINGBOT_CHUNK, sink_frames=LINGBOT_SINK,
+                    make_conditioning=conditioning,
+                    notes={"config": cfg.to_dict(), "tokens_per_frame": tpf, "dtype": str(dtype),
+                           "window_frames": LINGBOT_WINDOW, "sink_frames": LINGBOT_SINK,
+                           "camera": "key timeline " + " | ".join(LINGBOT_TIMELINE.strip().splitlines()[1:])})
+
+
+SCENARIOS = {"demo": demo_scenario, "wan-shapes": wan_shapes_scenario, "longlive2-5b": longlive2_scenario,
+             "lingbot": lingbot_scenario}
 
 # The benchmark's modes: (cache spec, FAST-AR config), each resolved by the engine from the same settings a user
 # would give. Capacity is shared, so dense-window and TempCache hold the same number of frames' worth of tokens.

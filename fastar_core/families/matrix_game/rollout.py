@@ -16,14 +16,12 @@ from __future__ import annotations
 import torch
 
 from ...caches.spec import CacheSpec
-from ...errors import FastARError
 from ...rollout.actions import Actions
-from ...rollout.conditioning import Conditioning
+from ...rollout.conditioning import Conditioning, first_frame_conditioning
 from ...rollout.sampler import RolloutConfig
 from .config import MatrixGameConfig
 
 FRAMES_PER_BLOCK = 3  # the inference configs' num_frame_per_block
-MASK_CHANNELS = 4
 
 
 def default_cache(config: MatrixGameConfig) -> CacheSpec:
@@ -38,15 +36,5 @@ def rollout_config(config: MatrixGameConfig, num_frames: int, latent_height: int
                          cache=cache or default_cache(config), batch=batch, channels=config.out_dim)
 
 
-def image_conditioning(image_latent: torch.Tensor) -> torch.Tensor:
-    """The joined channels ``[B, 20, T, h, w]``: the first-frame mask (1 at frame 0) then the image latent."""
-    if image_latent.ndim != 5 or image_latent.shape[1] != 16:
-        raise FastARError(f"the start image latent has shape {list(image_latent.shape)}; expected [batch, 16, "
-                          "frames, height, width] (the VAE latent of the start image followed by black frames)")
-    mask = torch.zeros_like(image_latent[:, :MASK_CHANNELS])
-    mask[:, :, 0] = 1.0
-    return torch.cat([mask, image_latent], dim=1)
-
-
 def matrix_game_conditioning(image_latent: torch.Tensor, clip: torch.Tensor, actions: Actions) -> Conditioning:
-    return Conditioning(concat=image_conditioning(image_latent), clip=clip, actions=actions)
+    return Conditioning(concat=first_frame_conditioning(image_latent), clip=clip, actions=actions)
