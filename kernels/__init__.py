@@ -14,6 +14,7 @@ from .host_backends import register_host_backend, registered_host_backends, unre
 from .merge import merge_attention_states
 from .sparse_attention import sparse_attention
 from .sparse_layout import SparseLayout, build_sparse_layout
+from .topk import row_max, row_topk, topk_scores
 from .verify import set_verification, verification_enabled, verification_turned_off
 
 __all__ = [
@@ -31,8 +32,11 @@ __all__ = [
     "merge_attention_states",
     "register_host_backend",
     "registered_host_backends",
+    "row_max",
+    "row_topk",
     "set_verification",
     "sparse_attention",
+    "topk_scores",
     "unregister_host_backend",
     "verification_enabled",
     "verification_turned_off",

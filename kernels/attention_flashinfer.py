@@ -1,7 +1,12 @@
-"""FlashInfer backends (CUDA, Linux, fp16/bf16): dense and sparse attention with the bias folded in exactly.
+"""FlashInfer backends (CUDA, Linux, fp16/bf16): dense attention, and dense and sparse attention with the bias
+folded in exactly.
 
-Both run the requests from `flashinfer_plan` through one `BatchPrefillWithPagedKVCacheWrapper` (one head,
-page size 1): plain attention per request, then its base-2 LSE goes to natural log, gets the request's bias
+Dense attention without a bias (a window's, dense-global's) is `single_prefill_with_kv_cache` per batch item:
+queries in its NHD layout as views of ours, keys and values as HND views of the cache (their strides are read
+by the kernel), no plan, so nothing synchronises and a step can be captured; FA3 on Hopper. `auto` picks it there.
+
+With a bias, both run the requests from `flashinfer_plan` through one `BatchPrefillWithPagedKVCacheWrapper` (one
+head, page size 1): plain attention per request, then its base-2 LSE goes to natural log, gets the request's bias
 added, and the requests of each query merge by LSE. Plans are cached: per bias tensor for dense attention,
 on the layout for sparse attention, so `plan()` (which synchronises) runs once per layout and bias.
 """
@@ -20,12 +25,34 @@ _dense_plans: dict = {}  # (shape, device) -> (weakref to bias or None, bias ver
 
 
 def attention_flashinfer(q, k, v, bias, scale: float, return_lse: bool):
+    if bias is None:
+        return dense_prefill(q, k, v, scale, return_lse)
     B, H, Nq, _ = q.shape
     Nk = k.shape[2]
     requests = _cached_plan(_dense_plans, (B, H, Nq, Nk, bias.shape if bias is not None else None, q.device), bias,
                             lambda: plan_dense_requests(bias, B, H, Nq, Nk, q.device))
     out, lse = run_requests(q, k, v, requests, scale)
     return out, (lse if return_lse else None)
+
+
+def dense_prefill(q, k, v, scale: float, return_lse: bool):
+    """Plain attention of q [B, H, Nq, D] over k, v [B, H, Nk, D] by FlashInfer's single prefill, batch item by
+    batch item (views, no copies: q as [Nq, H, D], k and v as [H, Nk, D]); its base-2 LSE in natural log."""
+    import flashinfer
+
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        result = flashinfer.single_prefill_with_kv_cache(q[b].transpose(0, 1), k[b], v[b], kv_layout="HND",
+                                                         sm_scale=scale, return_lse=return_lse)
+        if return_lse:
+            o, lse = result
+            lses.append(lse.transpose(0, 1).float() * math.log(2.0))
+        else:
+            o = result
+        outs.append(o.transpose(0, 1))  # [H, Nq, D], a view
+    out = outs[0][None] if len(outs) == 1 else torch.stack(outs)
+    lse = None if not return_lse else (lses[0][None] if len(lses) == 1 else torch.stack(lses))
+    return out, lse
 
 
 def sparse_attention_flashinfer(q, k, v, layout, bias, scale: float):

@@ -10,6 +10,7 @@ A -inf bias (an empty slot) becomes a logit of NEG_LOGIT, whose exp is 0 in fp32
 are all -inf outputs 0, the package's convention.
 """
 
+import functools
 import math
 
 import torch
@@ -23,12 +24,17 @@ NEG_LOGIT = -1.0e4
 BIAS_SCALE = 8.0
 
 
+@functools.lru_cache(maxsize=64)
+def _rounded(x: float, dtype: torch.dtype) -> float:
+    """``x`` rounded to ``dtype`` (worked out once per value and dtype, on the host: no tensor per call)."""
+    return float(torch.tensor(x, dtype=dtype))
+
+
 def fold_bias(q, k, v, bias, scale: float):
     """(q', k', v') whose mask-free attention at `scale` equals biased attention of (q, k, v)."""
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
-    a = math.sqrt(BIAS_SCALE / scale)
-    a = float(torch.tensor(a, dtype=q.dtype))  # the rounded value q' will hold, so k' compensates exactly
+    a = _rounded(math.sqrt(BIAS_SCALE / scale), q.dtype)  # the value q' will hold, so k' compensates exactly
     logits = bias.expand(B, H, Nk).float().clamp(min=NEG_LOGIT)
     extra_k = (logits / (a * scale)).to(q.dtype).unsqueeze(-1)
     q_fold = torch.cat([q, q.new_full((B, H, Nq, 1), a), q.new_zeros(B, H, Nq, PAD - 1)], dim=-1)
@@ -37,13 +43,14 @@ def fold_bias(q, k, v, bias, scale: float):
     return q_fold, k_fold, v_fold
 
 
-def attention_fold(q, k, v, bias, scale: float, return_lse: bool):
+def attention_fold(q, k, v, bias, scale: float, return_lse: bool, may_be_blind: bool = True):
     if bias is None:
         out = F.scaled_dot_product_attention(q, k, v, scale=scale)
         return out, (exact_lse(q, k, None, scale) if return_lse else None)
     D = q.shape[-1]
     q_fold, k_fold, v_fold = fold_bias(q, k, v, bias, scale)
     out = F.scaled_dot_product_attention(q_fold, k_fold, v_fold, scale=scale)[..., :D]
-    blind = torch.isneginf(bias).all(dim=-1)[..., None, None]
-    out = torch.where(blind, torch.zeros((), dtype=out.dtype, device=out.device), out)
+    if may_be_blind:
+        blind = torch.isneginf(bias).all(dim=-1)[..., None, None]
+        out = torch.where(blind, torch.zeros((), dtype=out.dtype, device=out.device), out)
     return out, (exact_lse(q, k, bias, scale) if return_lse else None)

@@ -15,7 +15,7 @@ LSE_CHUNK_BYTES = 256 * 2**20
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def attention_torch(q, k, v, bias, scale: float, return_lse: bool):
+def attention_torch(q, k, v, bias, scale: float, return_lse: bool, may_be_blind: bool = True):
     mask = None if bias is None else bias.to(q.dtype).unsqueeze(2)
     if return_lse and q.device.type == "cpu" and q.dtype == torch.float32 and _FLASH_CPU is not None:
         try:
@@ -31,7 +31,7 @@ def attention_torch(q, k, v, bias, scale: float, return_lse: bool):
                 lse = torch.where(seen, lse, float("-inf"))
             return out, lse
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    if bias is not None:
+    if bias is not None and may_be_blind:
         # A (b, h) whose keys are all -inf sees nothing: our convention is 0 (CUDA SDPA may return NaN).
         blind = torch.isneginf(bias).all(dim=-1)[..., None, None]
         out = torch.where(blind, torch.zeros((), dtype=out.dtype, device=out.device), out)

@@ -33,8 +33,9 @@ def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
     return B, H, Nq, k.shape[2], D
 
 
-def check_bias(bias, B: int, H: int, Nk: int, device: torch.device) -> torch.Tensor | None:
-    """Check a per-key logit bias: float32, broadcastable to [B, H, Nk], entries finite or -inf."""
+def check_bias(bias, B: int, H: int, Nk: int, device: torch.device, check_values: bool = True) -> torch.Tensor | None:
+    """Check a per-key logit bias: float32, broadcastable to [B, H, Nk], entries finite or -inf (looked at only
+    with ``check_values``: callers whose biases are so by construction skip the host read)."""
     if bias is None:
         return None
     if not isinstance(bias, torch.Tensor):
@@ -48,7 +49,7 @@ def check_bias(bias, B: int, H: int, Nk: int, device: torch.device) -> torch.Ten
         raise KernelInputError(f"bias must be on the attention device {device}, got {bias.device}")
     # NaN and +inf are the values that break softmax. Looking costs a host sync, so CUDA tensors (the hot path,
     # possibly inside graph capture) are not inspected; CPU ones are.
-    if bias.device.type == "cpu" and bias.numel() > 0:
+    if check_values and bias.device.type == "cpu" and bias.numel() > 0 and not torch.compiler.is_compiling():
         if bool((torch.isnan(bias) | (bias == math.inf)).any()):
             raise KernelInputError("bias entries must be finite or -inf (an empty slot); found NaN or +inf")
     return bias

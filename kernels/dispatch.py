@@ -6,12 +6,16 @@ passed its first-use check. `auto`:
 
 | call (CUDA) | chain |
 |---|---|
-| dense attention, no bias, no LSE | host attention if one is registered (e.g. ComfyUI's), then torch SDPA (flash) |
-| dense attention with a bias, fp16/bf16 | `sdpa_fold` (bias folded into mask-free SDPA: flash), then torch |
+| dense attention, no bias, no LSE | a registered host attention (e.g. ComfyUI's), flashinfer (below), torch (flash) |
+| dense attention, bias, fp16/bf16 | triton (64/128: reads the bias), `sdpa_fold` (folds: copies q, k, v), torch |
 | dense attention with a bias in fp32 | torch (memory-efficient SDPA, the bias as a broadcast mask) |
 | dense attention with the LSE requested | triton (head dims 64/128; one pass), then torch |
 | sparse attention | triton (head dims 64/128), then torch |
 | LSH codes | triton, then torch |
+| top-k scores (TempCache's search) | triton (head dims 16..256, powers of two; fused: no score matrix), then torch |
+
+FlashInfer's single prefill joins the plain dense chain where it fits: fp16/bf16, head dims 64/128/256, Linux,
+installed (no plan, so nothing synchronises; FA3 on Hopper).
 
 Off CUDA `auto` is torch. An explicit backend that cannot run here is refused with one
 `BackendUnavailableError`; one that can run is tried first and falls back like `auto` when its check fails.
@@ -39,9 +43,14 @@ OP_BACKENDS = {
     "attention": ("triton", "flashinfer", "flex", "sdpa_fold", "torch"),
     "sparse_attention": ("triton", "flashinfer", "flex", "torch"),
     "lsh_codes": ("triton", "torch"),
+    "topk_scores": ("triton", "torch"),
 }
+# Head dims the fused top-k kernel takes (tl.dot over the whole head).
+TOPK_HEAD_DIMS = (16, 32, 64, 128, 256)
 # Head dims our Triton attention kernels are built and tuned for; others take the torch path.
 TRITON_HEAD_DIMS = (64, 128)
+# Head dims FlashInfer's prefill kernels ship built for (FA2 and FA3); others would compile with nvcc at first use.
+FLASHINFER_HEAD_DIMS = (64, 128, 256)
 # The fold adds 8 to the head dim; PyTorch's flash kernel takes head dims up to 256.
 FOLD_MAX_HEAD_DIM = 248
 HALF_TYPES = (torch.float16, torch.bfloat16)
@@ -155,6 +164,8 @@ def choose_backend(
 
 def covers(name: str, op: str, device, dtype, head_dim, has_bias: bool, return_lse: bool) -> bool:
     """Whether backend `name` computes this kind of call itself (rather than handing it to torch)."""
+    if name == "triton" and op == "topk_scores":
+        return head_dim in TOPK_HEAD_DIMS
     if name == "triton" and op != "lsh_codes":
         return head_dim in TRITON_HEAD_DIMS
     if name == "sdpa_fold":
@@ -170,15 +181,22 @@ def _auto_chain(op: str, device: torch.device, dtype, head_dim, has_bias: bool, 
     triton_ok = backend_problem(op, "triton", device, dtype) is None
     if op == "lsh_codes":
         return ("triton", "torch") if triton_ok else ("torch",)
+    if op == "topk_scores":
+        return ("triton", "torch") if triton_ok and head_dim in TOPK_HEAD_DIMS else ("torch",)
     triton_runs = triton_ok and head_dim in TRITON_HEAD_DIMS
     if op == "sparse_attention":
         return ("triton", "torch") if triton_runs else ("torch",)
     if not has_bias and not return_lse:
         host = preferred_host(device.type)
-        return (host, "torch") if host else ("torch",)  # torch: SDPA picks flash / memory-efficient
+        flashinfer = (("flashinfer",) if head_dim in FLASHINFER_HEAD_DIMS
+                      and backend_problem(op, "flashinfer", device, dtype) is None else ())
+        # torch last: SDPA picks flash / memory-efficient
+        return ((host,) if host else ()) + flashinfer + ("torch",)
     fold_fits = head_dim is not None and head_dim <= FOLD_MAX_HEAD_DIM
     if has_bias and not return_lse and dtype in HALF_TYPES and fold_fits:
-        return ("sdpa_fold", "torch")
+        # One kernel reading the bias beats copying the whole joined cache into folded q/k/v on every call (at
+        # Wan-1.3B shapes a tenth of a TempCache chunk by `fastar bench launches`' estimate).
+        return ("triton", "sdpa_fold", "torch") if triton_runs else ("sdpa_fold", "torch")
     if return_lse and triton_runs:
         return ("triton", "torch")  # writes the LSE in the same pass; torch needs a second matmul for it
     return ("torch",)

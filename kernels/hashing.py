@@ -62,12 +62,24 @@ def probe(name: str, family: Family) -> str | None:
     return None
 
 
-def _run(name, x, planes, bits):
-    if name == "triton":
+@torch.library.custom_op("fastar::lsh_codes", mutates_args=())
+def lsh_codes_op(x: torch.Tensor, planes: torch.Tensor, bits: int, backend: str) -> torch.Tensor:
+    """One operator whatever the backend: the fused Triton kernel on CUDA, torch's projection and sign packing
+    elsewhere (what an operator count sees as the one kernel a GPU launches)."""
+    if backend == "triton":
         from .hashing_triton import lsh_codes_triton
 
         return lsh_codes_triton(x, planes, bits)
     return lsh_codes_torch(x, planes, bits)
+
+
+@lsh_codes_op.register_fake
+def _(x, planes, bits, backend):
+    return x.new_empty((*x.shape[:3], planes.shape[2] // bits), dtype=torch.int32)
+
+
+def _run(name, x, planes, bits):
+    return lsh_codes_op(x, planes, bits, name)
 
 
 def lsh_codes_torch(x, planes, bits: int) -> torch.Tensor:

@@ -1,4 +1,9 @@
-"""Public sparse attention: check, pick the backends, run the first that works in sorted order, unsort."""
+"""Public sparse attention: check, pick the backends, run the first that works in sorted order, unsort.
+
+The torch and Triton backends run as one operator, ``fastar::sparse_attention``: a compiler traces it as an
+opaque call (the torch backend's loops over buckets have sizes that depend on the codes) and an operator count
+sees one kernel, as a GPU runs it (the Triton kernel with its sort and unsort gathers).
+"""
 
 import torch
 
@@ -9,7 +14,7 @@ from .sparse_layout import SparseLayout, build_sparse_layout
 from .verify import Family, compare, log_count_bias, probe_generator, run_with_fallback
 
 
-def sparse_attention(q, k, v, layout, bias=None, *, scale=None, backend="auto"):
+def sparse_attention(q, k, v, layout, bias=None, *, scale=None, backend="auto", check_values=True):
     """Attention where query i sees key j iff j < layout.n_dense or popcount(q_code xor k_code) <= radius.
 
     q [B, H, Nq, D], k and v [B, H, Nk, D] in their ORIGINAL order (the layout sorts and unsorts them);
@@ -27,7 +32,7 @@ def sparse_attention(q, k, v, layout, bias=None, *, scale=None, backend="auto"):
         )
     if layout.device != q.device:
         raise KernelInputError(f"layout is on {layout.device} but q is on {q.device}; build it from codes there")
-    bias = check_bias(bias, B, H, Nk, q.device)
+    bias = check_bias(bias, B, H, Nk, q.device, check_values)
     scale = resolve_scale(scale, D)
     chain = backend_chain("sparse_attention", backend, q.device, dtype=q.dtype, head_dim=D,
                           has_bias=bias is not None)
@@ -69,7 +74,31 @@ def _probe_codes(gen, shape, bits: int) -> torch.Tensor:
     return codes
 
 
+@torch.library.custom_op("fastar::sparse_attention", mutates_args=())
+def sparse_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                        q_perm: torch.Tensor, k_perm: torch.Tensor, q_codes_sorted: torch.Tensor,
+                        k_codes_sorted: torch.Tensor, kv_num: torch.Tensor, kv_idx: torch.Tensor, n_dense: int,
+                        block_q: int, block_k: int, radius: int, bits: int, scale: float, backend: str) -> torch.Tensor:
+    layout = SparseLayout(q_perm, k_perm, q_codes_sorted, k_codes_sorted, kv_num, kv_idx, n_dense, block_q, block_k,
+                          radius, bits)
+    return _run_backend(backend, q, k, v, layout, bias, scale)
+
+
+@sparse_attention_op.register_fake
+def _(q, k, v, bias, q_perm, k_perm, q_codes_sorted, k_codes_sorted, kv_num, kv_idx, n_dense, block_q, block_k,
+      radius, bits, scale, backend):
+    return torch.empty_like(q)
+
+
 def _run(name, q, k, v, layout, bias, scale):
+    if name in ("torch", "triton"):
+        return sparse_attention_op(q, k, v, bias, layout.q_perm, layout.k_perm, layout.q_codes_sorted,
+                                   layout.k_codes_sorted, layout.kv_num, layout.kv_idx, layout.n_dense, layout.block_q,
+                                   layout.block_k, layout.radius, layout.bits, scale, name)
+    return _run_backend(name, q, k, v, layout, bias, scale)
+
+
+def _run_backend(name, q, k, v, layout, bias, scale):
     if name == "triton":
         from .sparse_triton import sparse_attention_triton as run
     elif name == "flex":

@@ -120,20 +120,29 @@ class SparseLayout:
         return out.scatter_(2, self.q_perm.unsqueeze(-1).expand_as(out_sorted), out_sorted)
 
 
-def build_sparse_layout(q_codes, k_codes, *, n_dense: int, block_q: int = 64, block_k: int = 64, radius: int = 0):
+def build_sparse_layout(q_codes, k_codes, *, n_dense: int, block_q: int = 64, block_k: int = 64, radius: int = 0,
+                        bits: int | None = None, checked: bool = False):
     """Plan block-sparse attention from bucket codes.
 
     q_codes [B, H, Nq] and k_codes [B, H, Nk]: non-negative integer codes < 2**16. The first `n_dense` keys
     are seen by every query. Query i sees sparse key j iff popcount(q_code[i] xor k_code[j]) <= radius.
     Block sizes are powers of two >= 16 (tile sizes of the kernels).
+
+    `bits`: the codes' width when the caller knows it (a hash of that many bits); the layout's shapes then depend
+    on the sizes alone (`kv_idx` lists up to every key block), and nothing is read back to the host: what a
+    compiled or captured step needs. None reads the widest code. `checked=True`: the caller vouches that the codes
+    are in range (checked at first use), so they are not read to check them.
     """
     if not isinstance(q_codes, torch.Tensor) or q_codes.dim() != 3:
         raise KernelInputError(f"q_codes must be a [B, H, Nq] integer tensor, got {_describe(q_codes)}")
     B, H, Nq = q_codes.shape
-    q_codes = check_codes(q_codes, "q_codes")
+    q_codes = q_codes.long() if checked else check_codes(q_codes, "q_codes")
     if not isinstance(k_codes, torch.Tensor) or k_codes.dim() != 3 or tuple(k_codes.shape[:2]) != (B, H):
         raise KernelInputError(f"k_codes must be a [B={B}, H={H}, Nk] integer tensor, got {_describe(k_codes)}")
-    k_codes = check_codes(k_codes, "k_codes")
+    k_codes = k_codes.long() if checked else check_codes(k_codes, "k_codes")
+    if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 16):
+        raise KernelInputError(f"bits must be an int in [1, 16] (the codes' width), got {bits!r}")
+    static = bits is not None
     if k_codes.device != q_codes.device:
         raise KernelInputError(f"q_codes and k_codes must be on one device, got {q_codes.device} and {k_codes.device}")
     Nk = k_codes.shape[2]
@@ -151,13 +160,17 @@ def build_sparse_layout(q_codes, k_codes, *, n_dense: int, block_q: int = 64, bl
     dense_idx = torch.arange(n_dense, device=device).expand(B, H, n_dense)
     k_perm = torch.cat([dense_idx, k_sparse_perm + n_dense], dim=-1)
     k_sorted = torch.cat([torch.full((B, H, n_dense), DENSE_CODE, device=device), k_sparse_sorted], dim=-1)
-    top_q = int(q_codes.max()) if q_codes.numel() else 0
-    top_k = int(k_sparse_sorted.max()) if k_sparse_sorted.numel() else 0
-    bits = max(1, max(top_q, top_k).bit_length())
+    if bits is None:
+        top_q = int(q_codes.max()) if q_codes.numel() else 0
+        top_k = int(k_sparse_sorted.max()) if k_sparse_sorted.numel() else 0
+        bits = max(1, max(top_q, top_k).bit_length())
 
     visits = _block_visits(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits)
     kv_num = visits.sum(-1, dtype=torch.int32)
-    max_kb = max(1, int(kv_num.max()) if kv_num.numel() else 1)
+    if static:
+        max_kb = max(1, visits.shape[-1])
+    else:
+        max_kb = max(1, int(kv_num.max()) if kv_num.numel() else 1)
     # A stable sort of the "not visited" flag lists the visited blocks first, in ascending order.
     kv_idx = torch.sort((~visits).to(torch.int8), dim=-1, stable=True).indices[..., :max_kb]
     kv_idx = torch.where(torch.arange(max_kb, device=device) < kv_num.unsqueeze(-1), kv_idx, 0).to(torch.int32)
@@ -194,7 +207,7 @@ def _block_visits(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits) -
         visits = _probe_range_visits(q_blocks, k_blocks, radius, bits)
     else:  # too many probes to list: every block with a sparse key is a safe superset
         visits = (k_blocks >= 0).any(-1).unsqueeze(2).expand(B, H, n_qb, n_kb).clone()
-    visits[..., : -(-n_dense // block_k)] = True
+    visits[..., : -(-n_dense // block_k)].fill_(True)
     return visits
 
 

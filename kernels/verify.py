@@ -54,6 +54,7 @@ class Family:
     block_k: int = 0
     radius: int = 0
     bits: int = 0
+    top: int = 0  # top-k scores: k
 
     def describe(self) -> str:
         parts = [str(self.dtype).replace("torch.", ""), f"head dim {self.head_dim}",
@@ -64,6 +65,8 @@ class Family:
             parts.append(f"blocks {self.block_q}x{self.block_k}, radius {self.radius}, {self.bits}-bit codes")
         elif self.bits:
             parts.append(f"{self.bits}-bit codes")
+        if self.top:
+            parts.append(f"top {self.top}")
         return ", ".join(parts)
 
 
@@ -127,6 +130,11 @@ def run_with_fallback(op: str, chain, family: Family, run, probe):
     `probe(name)` checks one backend on a small problem of the family and returns None or the problem found.
     """
     chain = tuple(chain)
+    if torch.compiler.is_compiling():
+        # Checks happen at first use, before a step is compiled or captured: a traced call takes the first backend
+        # its family has earned (torch when none has).
+        return run(next((name for name in chain if name == "torch" or _results.get((op, name, family), "") is None),
+                        "torch"))
     if not verification_enabled():
         return run(chain[0])
     for position, name in enumerate(chain):

@@ -5,9 +5,11 @@ from .host import comfy_loaded, get_host
 from .live import live_routes
 from .node_action_script import ActionScriptNode
 from .node_attention import FastARAttentionPatch
+from .node_camera_path import CameraPathNode
 from .node_demo_world_frames import DemoWorldFrames
 from .node_demo_world_start import DemoWorldStart
 from .node_image_to_video import ARImageToVideo
+from .node_lingbot_start import LingBotWorldStart
 from .node_live_world import LiveWorld
 from .node_loader import LoadARVideoModel
 from .node_long_sampler import LongVideoSampler
@@ -27,6 +29,8 @@ NODE_CLASS_MAPPINGS = {
     "FastAR_SaveLongVideo": SaveLongVideoStreaming,
     "FastAR_ActionScript": ActionScriptNode,
     "FastAR_WorldModelStart": WorldModelStart,
+    "FastAR_LingBotWorldStart": LingBotWorldStart,
+    "FastAR_CameraPath": CameraPathNode,
     "FastAR_LiveWorld": LiveWorld,
     "FastAR_DemoWorldStart": DemoWorldStart,
     "FastAR_DemoWorldFrames": DemoWorldFrames,
@@ -40,8 +44,10 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "FastAR_SamplerARVideo": "AR Video Sampler (FAST-AR)",
     "FastAR_ImageToVideo": "AR Image to Video",
     "FastAR_SaveLongVideo": "Save Long Video (streaming decode)",
-    "FastAR_ActionScript": "Action Script (Matrix-Game)",
+    "FastAR_ActionScript": "Action Script (world models)",
     "FastAR_WorldModelStart": "World Model Start (Matrix-Game)",
+    "FastAR_LingBotWorldStart": "LingBot World Start (LingBot-World 2.0)",
+    "FastAR_CameraPath": "Camera Path (LingBot-World 2.0)",
     "FastAR_LiveWorld": "Live World (play)",
     "FastAR_DemoWorldStart": "Demo World Start",
     "FastAR_DemoWorldFrames": "Demo World Frames",

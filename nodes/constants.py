@@ -21,8 +21,14 @@ CONDITIONING_OR_SCHEDULE = f"CONDITIONING,{PROMPT_SCHEDULE}"
 # Key in a conditioning entry's dict that carries the start image's raw VAE latent (image to video).
 INITIAL_LATENT_KEY = "fastar_initial_latent"
 # Key in a conditioning entry's dict that carries a world model's start: the VAE latent of the start image followed
-# by blank frames, [B, 16, T, h, w], which Matrix-Game 2.0 reads beside every frame it generates.
+# by blank frames, which Matrix-Game 2.0 reads beside every frame it generates: [B, 16, T, h, w], or its distinct
+# frames [B, 16, D, h, w] with WORLD_START_INDEX_KEY's [T] long tensor saying which one each latent frame is (the
+# blank frames' latents stop changing once the VAE's reach has left the image).
 WORLD_START_KEY = "fastar_world_start"
+WORLD_START_INDEX_KEY = "fastar_world_start_index"
+# Key in a conditioning entry's dict where a start node records the video's (width, height, length, node name): the
+# one place they are set (video_size.py).
+VIDEO_SIZE_KEY = "fastar_video_size"
 # Key in a conditioning entry's dict that carries the demo world's start: {"map_seed", "x", "y"} (Demo World Start).
 DEMO_WORLD_START_KEY = "fastar_demo_world_start"
 # Matrix-Game 2.0's own size (352x640) and the CLIP vision tokens it attends to (ViT-H penultimate layer).
@@ -48,6 +54,7 @@ SCHEDULE_PRESETS = {
     "Causal Forcing++ 2-step": "causal-forcing++-2step",
     "Matrix-Game 3-step": "matrix-game",
     "LongLive 2.0 4-step (UniPC)": "longlive2",
+    "LingBot-World 4-step": "lingbot",
     "model's own": "own",  # the step list of the MODEL's own inference (a world model's; the demo world's file's)
 }
 MODEL_OWN = "model's own"

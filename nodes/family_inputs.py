@@ -14,6 +14,7 @@ import torch
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.rollout.conditioning import Conditioning
+from ..fastar_core.rollout.sampler import FRAMES_PER_BLOCK
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class SamplerInputs:
     latent_w: int = 1
     sigmas: object = None  # custom SIGMAS replacing the schedule preset, if any
     schedule: str = ""  # the sampler's schedule widget (a SCHEDULE_PRESETS label)
+    frames_per_block: int = FRAMES_PER_BLOCK  # the sampler's chunk
     from_guider: bool = False  # the AR Video Sampler: 'positive' is the guider's text, as a prompt schedule
     core_start: object = None  # a start latent core's ARVideoI2V left in the MODEL's options, if any
 

@@ -45,9 +45,61 @@ def get_host():
 
 
 def register_inside_comfyui() -> None:
-    """At import: inside ComfyUI, backend "comfy" exists before any node validates a config naming it."""
+    """At import: inside ComfyUI, backend "comfy" exists before any node validates a config naming it, and the
+    templates list leaves out the workflows this ComfyUI cannot run."""
     if comfy_loaded():
         register_comfy_attention()
+        hide_templates_this_comfyui_cannot_run()
+
+
+WORKFLOWS = Path(__file__).resolve().parents[1] / "example_workflows"
+EDITOR_ONLY_NODES = {"MarkdownNote", "Note", "Reroute", "PrimitiveNode"}  # the editor's own, never sent to the server
+
+
+def workflows_needing_missing_nodes(known) -> set[str]:
+    """The shipped workflows (file stems) that use a node type ``known`` lacks."""
+    out = set()
+    for path in WORKFLOWS.glob("*.json"):
+        try:
+            types = {node.get("type") for node in json.loads(path.read_text(encoding="utf-8")).get("nodes", [])}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if types - EDITOR_ONLY_NODES - set(known):
+            out.add(path.stem)
+    return out
+
+
+def hide_templates_this_comfyui_cannot_run() -> None:
+    """ComfyUI lists every workflow in a pack's example_workflows/ as a template. The one built on core's own AR nodes
+    (ComfyUI 0.21+) cannot run on an older ComfyUI, so the list it answers is filtered: a workflow naming a node type
+    this ComfyUI does not have (asked when the list is requested, every pack loaded by then) is left out. The files
+    stay served."""
+    try:
+        import server
+        from aiohttp import web
+
+        import nodes
+    except ImportError:
+        return
+    app = getattr(getattr(server.PromptServer, "instance", None), "app", None)
+    if app is None or getattr(app, "frozen", False):
+        return
+    ours = {p.stem for p in WORKFLOWS.glob("*.json")}
+
+    @web.middleware
+    async def templates_this_comfyui_runs(request, handler):
+        response = await handler(request)
+        if (request.method != "GET" or not request.path.rstrip("/").endswith("/workflow_templates")
+                or response.status != 200 or not isinstance(getattr(response, "body", None), bytes)):
+            return response
+        listed = json.loads(response.body)
+        hidden = workflows_needing_missing_nodes(nodes.NODE_CLASS_MAPPINGS)
+        for pack, names in listed.items():
+            if isinstance(names, list) and ours & set(names):  # this pack's entry, whatever its folder is called
+                listed[pack] = [n for n in names if n not in hidden]
+        return web.json_response(listed)
+
+    app.middlewares.append(templates_this_comfyui_runs)
 
 
 # ComfyUI's attention may be int8 SageAttention: its first-use check against torch allows this absolute error.
@@ -148,6 +200,11 @@ class ComfyHost:
 
         return folder_paths.get_full_path_or_raise(folder, name)
 
+    def input_directory(self) -> Path:
+        import folder_paths
+
+        return Path(folder_paths.get_input_directory())
+
     def output_path(self, prefix: str, width: int, height: int) -> tuple[Path, str]:
         import folder_paths
 
@@ -177,12 +234,15 @@ class ComfyHost:
 
         mm.soft_empty_cache()
 
-    def load_vae(self, vae, piece_shape) -> None:
+    def load_vae(self, vae, piece_shape, encode: bool = False) -> None:
+        """ComfyUI's VAE onto its device with room for one piece: latents to decode, or pixels [B, 3, T, H, W] to
+        encode."""
         import comfy.model_management as mm
 
         if hasattr(vae, "throw_exception_if_invalid"):
             vae.throw_exception_if_invalid()
-        memory = vae.memory_used_decode(piece_shape, vae.vae_dtype)
+        estimate = vae.memory_used_encode if encode else vae.memory_used_decode
+        memory = estimate(piece_shape, vae.vae_dtype)
         full = getattr(vae, "disable_offload", False)
         mm.load_models_gpu([vae.patcher], memory_required=memory, force_full_load=full)
 

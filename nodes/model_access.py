@@ -32,10 +32,11 @@ class FastARChoice:
     tempcache_overrides: dict = field(default_factory=dict)
     attention_overrides: dict = field(default_factory=dict)
 
-    def resolve(self, cache_policy: str = "auto", num_layers: int | None = None, **cache_sizes) -> EngineSettings:
+    def resolve(self, cache_policy: str = "auto", num_layers: int | None = None, **cache) -> EngineSettings:
+        """``cache``: the sampler's sizes, and the family's own cache (``resolve_settings``'s keywords)."""
         return resolve_settings(preset=self.preset, cache_policy=cache_policy, tempcache=self.tempcache,
                                 tempcache_overrides=self.tempcache_overrides,
-                                attention_overrides=self.attention_overrides, num_layers=num_layers, **cache_sizes)
+                                attention_overrides=self.attention_overrides, num_layers=num_layers, **cache)
 
     def to_dict(self) -> dict:
         layers = self.attention_overrides.get("layers")

@@ -75,7 +75,11 @@ class FastARAttentionPatch:
     def patch(self, model, preset="balanced", tempcache="preset", threshold=0.0, capacity_frames=0, annca="preset",
               annsa="preset", bits=0, tables=0, dense_warmup=-1.0, layers="all", backend="auto"):
         dm = diffusion_model_of(model)
-        family_for(dm).check_model(dm)  # a module tree the runner drives: Wan's, or a world family's
+        family = family_for(dm)
+        refusal = family.fastar_attention_refusal()
+        if refusal:
+            raise FastARError(f"FAST-AR Attention cannot patch {family.describe()}: {refusal}")
+        family.check_model(dm)  # a module tree the runner drives: Wan's, or a world family's
         layers = (layers or "all").strip()
         if layers == "auto":
             raise FastARError("layers 'auto' needs a calibration file, which this node does not take; use 'all' or "

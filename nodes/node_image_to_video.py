@@ -19,6 +19,7 @@ from .host import get_host
 from .inputs import int_input, link
 from .node_long_sampler import LENGTH_TOOLTIP
 from .prompting import conditioning_entry, with_initial_latent
+from .video_size import VideoSize
 
 log = logging.getLogger("FAST-AR")
 
@@ -32,8 +33,9 @@ def vae_latent_channels(vae) -> int:
 class ARImageToVideo:
     DESCRIPTION = ("Image to video for the AR models: encodes the start image with the Wan VAE (one image = one latent "
                    "frame) and attaches it to the prompt, so the AR samplers (the pack's and ComfyUI's own Sampler AR "
-                   "Video) commit it to the KV cache before the first chunk and the video continues from it. Also "
-                   "gives the empty LATENT that SamplerCustomAdvanced needs.")
+                   "Video) commit it to the KV cache before the first chunk and the video continues from it. Sets the "
+                   "video's width, height and length: gives the empty LATENT that SamplerCustomAdvanced needs, and "
+                   "the three values for the Long Video Sampler's.")
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -43,22 +45,25 @@ class ARImageToVideo:
                               "wan2.2_vae.safetensors (Wan2.2 TI2V-5B, LongLive 2.0)."),
             "start_image": link("IMAGE", "The first frame. Only the first image of a batch is used; it is scaled to "
                                          "cover width x height and centre-cropped."),
-            "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION, "Video width; must equal the sampler's width "
-                                                                "(a multiple of 32 with the Wan2.2 VAE).",
-                               step=PIXEL_STEP),
-            "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height; must equal the sampler's height.",
+            "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION, "Video width (a multiple of 32 with the Wan2.2 VAE); "
+                                                                "the sampler takes it.", step=PIXEL_STEP),
+            "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height; the sampler takes it.",
                                 step=PIXEL_STEP),
-            "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP + " Sizes the LATENT output.", step=4),
+            "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP + " Sizes the LATENT output; the Long Video Sampler "
+                                                                    "takes it.", step=4),
             "batch_size": int_input(1, 1, 64, "Videos in the LATENT output: SamplerCustomAdvanced makes one per batch "
                                               "item, all from this start image. The Long Video Sampler has its own "
                                               "batch_size."),
         }}
 
-    RETURN_TYPES = ("CONDITIONING", "LATENT")
-    RETURN_NAMES = ("positive", "latent")
+    RETURN_TYPES = ("CONDITIONING", "LATENT", "INT", "INT", "INT")
+    RETURN_NAMES = ("positive", "latent", "width", "height", "length")
     OUTPUT_TOOLTIPS = ("The prompt carrying the start image; connect it to an AR sampler's positive (or to an AR "
                        "Prompt Schedule's conditioning_1).",
-                       "An empty video LATENT of the right size, for SamplerCustomAdvanced.")
+                       "An empty video LATENT of the right size, for SamplerCustomAdvanced.",
+                       "The video width, for the Long Video Sampler's width.",
+                       "The video height, for the Long Video Sampler's height.",
+                       "The video length in frames, for the Long Video Sampler's length.")
     FUNCTION = "encode"
     CATEGORY = CATEGORY
 
@@ -87,4 +92,5 @@ class ARImageToVideo:
         start = latent[:, :, :1].to(host.intermediate_device())
         # The pack's samplers read the latent from the conditioning; the hook hands it to core's SamplerARVideo.
         hooks, combine = host.start_image_hook(start)
-        return (with_initial_latent(positive, start, hooks, combine), {"samples": empty})
+        size = VideoSize(width, height, length, "AR Image to Video")
+        return (with_initial_latent(positive, start, hooks, combine, size), {"samples": empty}, width, height, length)

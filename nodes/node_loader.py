@@ -8,8 +8,11 @@ from pathlib import Path
 from ..fastar_core.errors import FastARError
 from ..fastar_core.families.demo.family import attach_world
 from ..fastar_core.families.demo.model import load_demo_file
+from ..fastar_core.families.lingbot.checkpoint import build_lingbot, load_lingbot_checkpoint
+from ..fastar_core.families.lingbot.rollout import FRAMES_PER_BLOCK as LINGBOT_CHUNK
+from ..fastar_core.families.lingbot.rollout import SCHEDULE as LINGBOT_SCHEDULE
 from ..fastar_core.families.matrix_game.checkpoint import build_matrix_game, load_matrix_game_checkpoint
-from ..fastar_core.files.model_files import is_demo_world_file, is_matrix_game_file
+from ..fastar_core.files.model_files import is_demo_world_file, is_lingbot, is_matrix_game_file
 from ..fastar_core.files.wan_checkpoint import WEIGHTS_ENTRY_CHOICES, load_checkpoint
 from ..fastar_core.rollout.action_script import VARIANTS
 from .constants import CATEGORY
@@ -39,23 +42,42 @@ def rebuild_model(path, weight_dtype, lora, shift, weights_entry="auto", disable
     return load_native_model(path, weight_dtype, lora, shift, disable_dynamic, weights_entry)[0]
 
 
-def load_world_model(host, path: str, weight_dtype: str, lora_name: str):
-    """A Matrix-Game 2.0 checkpoint (and the config.json beside it, which says its variant) as a MODEL that only
-    the pack's samplers run."""
+def load_engine_model(host, path: str, weight_dtype: str, lora_name: str, family: str, read, build, extra: dict):
+    """A world model's checkpoint as a MODEL over the engine's own module tree, which only the pack's samplers run:
+    ``read(path)`` checks and reads it, ``build(ckpt)`` makes the module tree; ``extra`` goes into 'info'."""
     if lora_name and lora_name != NO_LORA:
-        raise FastARError(f"lora_name {lora_name}: LoRAs are for the Wan2.1 text models; a Matrix-Game 2.0 "
-                          "checkpoint takes none (set it to none)")
+        raise FastARError(f"lora_name {lora_name}: LoRAs are for the Wan2.1 text models; a {family} checkpoint takes "
+                          "none (set it to none)")
     if weight_dtype.startswith("fp8"):
-        raise FastARError(f"weight_dtype {weight_dtype}: a Matrix-Game 2.0 model runs in bf16, fp16 or fp32 "
-                          "(default: the file's on a GPU, fp32 on a CPU)")
-    ckpt = load_matrix_game_checkpoint(path)
+        raise FastARError(f"weight_dtype {weight_dtype}: a {family} model runs in bf16, fp16 or fp32 (default: the "
+                          "file's on a GPU, fp32 on a CPU)")
+    ckpt = read(path)
     dtype = host.world_weight_dtype(weight_dtype, ckpt.dtype)
-    model = host.world_model(build_matrix_game(ckpt).to(dtype), {"weight_dtype": weight_dtype})
+    model = host.world_model(build(ckpt).to(dtype), {"weight_dtype": weight_dtype})
     summary = ckpt.summary()
-    summary.update(weight_dtype=weight_dtype, dtype=str(dtype).replace("torch.", ""),
-                   schedule=ckpt.config.schedule_name, keys=VARIANTS[ckpt.config.variant].valid_keys()
-                   if ckpt.config.variant in VARIANTS else None)
+    summary.update(weight_dtype=weight_dtype, dtype=str(dtype).replace("torch.", ""), **extra)
     return (model, json.dumps(summary, indent=1))
+
+
+def load_world_model(host, path: str, weight_dtype: str, lora_name: str):
+    """A Matrix-Game 2.0 checkpoint (its sizes from its metadata, a config.json beside it, or the released variant its
+    keys are)."""
+    def extra(ckpt):
+        variant = ckpt.config.variant
+        return {"schedule": ckpt.config.schedule_name,
+                "keys": VARIANTS[variant].valid_keys() if variant in VARIANTS else None}
+
+    ckpt = load_matrix_game_checkpoint(path)
+    return load_engine_model(host, path, weight_dtype, lora_name, "Matrix-Game 2.0", lambda _: ckpt,
+                             build_matrix_game, extra(ckpt))
+
+
+def load_lingbot_model(host, path: str, weight_dtype: str, lora_name: str):
+    """A LingBot-World 2.0 ``from_pretrained`` folder, named by any of its safetensors."""
+    return load_engine_model(host, path, weight_dtype, lora_name, "LingBot-World 2.0", load_lingbot_checkpoint,
+                             build_lingbot, {"schedule": LINGBOT_SCHEDULE, "frames_per_block": LINGBOT_CHUNK,
+                                             "steering": "a Camera Path, or an Action Script of variant lingbot: "
+                                                         + VARIANTS["lingbot"].valid_keys()})
 
 
 def load_demo_world(host, path, weight_dtype: str, lora_name: str):
@@ -74,14 +96,15 @@ def load_demo_world(host, path, weight_dtype: str, lora_name: str):
 
 class LoadARVideoModel:
     DESCRIPTION = ("Loads a Wan2.1 autoregressive checkpoint (Self-Forcing, CausVid, Rolling Forcing, LongLive, Krea, "
-                   "Causal Forcing; .safetensors or .pt) or a Matrix-Game 2.0 world model (its .safetensors with "
-                   "the config.json it ships with in the same folder) from models/diffusion_models: picks the "
-                   "weights the model's "
-                   "own inference loads (generator or generator_ema), strips training prefixes, optionally merges "
-                   "a LoRA, and builds a native MODEL with ComfyUI's own loader, so LoRA loaders, model-sampling and "
-                   "compile nodes keep working on it (the pack's samplers compile their blocks when TorchCompileModel "
-                   "asks). Where ComfyUI has its own causal Wan model (0.21+), that is the class built, so core's "
-                   "Sampler AR Video runs on it too.")
+                   "Causal Forcing; .safetensors or .pt), a Matrix-Game 2.0 world model (its released .safetensors "
+                   "at the top of models/diffusion_models) or a LingBot-World 2.0 world model (its transformers/ "
+                   "folder's files in a folder of their own: pick any of its .safetensors) from "
+                   "models/diffusion_models: picks the weights the model's own inference loads (generator or "
+                   "generator_ema), strips training prefixes, optionally merges a LoRA, and builds a native MODEL "
+                   "with ComfyUI's own loader, so LoRA loaders, model-sampling and compile nodes keep working on it "
+                   "(the pack's samplers compile their blocks when TorchCompileModel asks). Where ComfyUI has its own "
+                   "causal Wan model (0.21+), that is the class built, so core's Sampler AR Video runs on it too. The "
+                   "world models become MODELs over the pack's own module trees, which the Long Video Sampler runs.")
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -90,8 +113,9 @@ class LoadARVideoModel:
             "model_name": combo([*host.list_files("diffusion_models"), BUNDLED_DEMO_WORLD],
                                 "Checkpoint in models/diffusion_models (or models/unet): e.g. self_forcing_dmd.pt, "
                                 "rolling_forcing_dmd.pt, longlive_base.pt, causal_forcing.pt. Training files "
-                                "(generator_ema, FSDP prefixes) are handled. The last entry is the pack's own demo "
-                                "world, which runs on a CPU."),
+                                "(generator_ema, FSDP prefixes) are handled. LingBot-World 2.0: any shard of its "
+                                "folder (lingbot-world-v2-14b-causal-fast/transformers/...) loads the whole folder. "
+                                "The last entry is the pack's own demo world, which runs on a CPU."),
             "weight_dtype": combo(WEIGHT_DTYPES,
                                   "Weight dtype. 'default' lets ComfyUI choose for your device (bf16/fp16 on GPUs, "
                                   "fp32 on CPU); fp8 halves memory at a small quality cost."),
@@ -129,6 +153,8 @@ class LoadARVideoModel:
             return load_demo_world(host, path, weight_dtype, lora_name)
         if is_matrix_game_file(path):
             return load_world_model(host, path, weight_dtype, lora_name)
+        if is_lingbot(path):
+            return load_lingbot_model(host, path, weight_dtype, lora_name)
         lora = host.full_path("loras", lora_name) if lora_name and lora_name != NO_LORA else None
         model, ckpt = load_native_model(path, weight_dtype, lora, shift, weights_entry=weights_entry)
         dm = getattr(getattr(model, "model", None), "diffusion_model", None)

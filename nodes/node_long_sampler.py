@@ -29,6 +29,7 @@ from .request import RolloutSettings, build_request
 from .rollout import run_rollout
 from .upstream import ignored_model_patches, ignored_shift
 from .vae_loop import ComfyVideoVAE
+from .video_size import check_sampler_size, size_of_start
 
 log = logging.getLogger("FAST-AR")
 
@@ -53,13 +54,16 @@ class LongVideoSampler:
                 "positive": link(CONDITIONING_OR_SCHEDULE, "The prompt: a CONDITIONING (from CLIP Text Encode with a "
                                                            "'wan' text encoder, or from AR Image to Video) or an AR "
                                                            "Prompt Schedule."),
-                "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION, "Video width in pixels (multiple of 16; of 32 for "
-                                                                    "Wan2.2 TI2V-5B). The Wan2.1 AR models are trained "
-                                                                    "at 832x480, LongLive 2.0 at 1280x704.",
+                "width": int_input(832, PIXEL_STEP, MAX_RESOLUTION,
+                                   "Video width in pixels (multiple of 16; of 32 for Wan2.2 TI2V-5B). The Wan2.1 AR "
+                                   "models are trained at 832x480, LongLive 2.0 at 1280x704. With a start node (AR "
+                                   "Image to Video, World Model Start), link its width here: it sets the size.",
                                    step=PIXEL_STEP),
                 "height": int_input(480, PIXEL_STEP, MAX_RESOLUTION, "Video height in pixels (multiple of 16; of 32 "
-                                                                     "for Wan2.2 TI2V-5B).", step=PIXEL_STEP),
-                "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP, step=4),
+                                                                     "for Wan2.2 TI2V-5B). With a start node, link its "
+                                                                     "height here.", step=PIXEL_STEP),
+                "length": int_input(81, 1, MAX_LENGTH, LENGTH_TOOLTIP + " With a start node, link its length here.",
+                                    step=4),
                 "frames_per_block": int_input(
                     FRAMES_PER_BLOCK, 1, 64, "Latent frames per chunk; must match the checkpoint's "
                                                         "training (3 for Self-Forcing, CausVid, Rolling Forcing, "
@@ -103,9 +107,10 @@ class LongVideoSampler:
                                          "A trailing 0 is dropped: every chunk ends clean."),
                 "first_chunk_sigmas": link("SIGMAS", "Optional step list for the first chunk alone (Causal Forcing++ "
                                                      "denoises its first frame with 4 steps); replaces the preset's."),
-                "actions": link(ACTIONS, "Keyboard and mouse actions from an Action Script node, for a "
-                                         "Matrix-Game 2.0 model (they are read at the video's frame rate, for "
-                                         "'length' frames). Other models take no actions and refuse them."),
+                "actions": link(ACTIONS, "How a world model is steered: an Action Script of keyboard and mouse "
+                                         "actions for Matrix-Game 2.0 (read at the video's frame rate, for 'length' "
+                                         "frames); a Camera Path or an Action Script of variant lingbot for "
+                                         "LingBot-World 2.0. Other models take no actions and refuse them."),
                 "batch_size": int_input(1, 1, 64, "Videos to make, one after another (the memory of one). Video i is "
                                                   "batch item i of the seed, as in ComfyUI's own batches: video 0 is "
                                                   "the batch_size 1 video. A prompt or start image of batch 1 is "
@@ -137,6 +142,8 @@ class LongVideoSampler:
                window_frames=WINDOW_FRAMES, context_noise=0.0, sigmas=None, first_chunk_sigmas=None, actions=None,
                batch_size=1, vae=None, restart_every=0, restart_overlap=3):
         host = get_host()
+        check_sampler_size(size_of_start(positive), width, height, length, "the Long Video Sampler makes",
+                           fix="link the start node's width, height and length outputs to the sampler's")
         family = check_model_input(model)
         # Wan2.1's VAE: 8 pixels per latent, 4 frames per latent frame; Wan2.2's: 16; the demo world's: 1 and 1
         geometry = geometry_of(family, diffusion_model_of(model))
@@ -156,7 +163,7 @@ class LongVideoSampler:
         host.load_model(model)
         ar_model = resolve_model(model)
         given = SamplerInputs(positive=positive, actions=actions, latent_frames=total_frames, latent_h=latent_h,
-                              latent_w=latent_w, sigmas=sigmas, schedule=schedule,
+                              latent_w=latent_w, sigmas=sigmas, schedule=schedule, frames_per_block=frames_per_block,
                               core_start=core_start_latent(getattr(model, "model_options", None)))
         settings = RolloutSettings(
             frames_per_block=frames_per_block, schedule=sigmas if sigmas is not None else preset,

@@ -6,6 +6,7 @@ from ..fastar_core.errors import FastARError
 from .constants import CATEGORY, INITIAL_LATENT_KEY, MAX_LENGTH, PROMPT_SCHEDULE
 from .inputs import int_input, link
 from .prompting import ARPromptSchedule, ScheduledPrompt, conditioning_entry, video_frame_to_latent
+from .video_size import size_from_extras
 
 SLOTS = 4
 
@@ -56,4 +57,4 @@ class ARPromptScheduleNode:
                 raise FastARError(f"start_frame_{i} ({frame}) must come after the previous prompt's start "
                                   f"(latent frame {prompts[-1].start_frame}); keep the start frames increasing")
             prompts.append(ScheduledPrompt(latent_frame, tensor, int(recache_frames), f"prompt {i}"))
-        return (ARPromptSchedule(prompts, extras.get(INITIAL_LATENT_KEY)),)
+        return (ARPromptSchedule(prompts, extras.get(INITIAL_LATENT_KEY), video_size=size_from_extras(extras)),)

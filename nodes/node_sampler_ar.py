@@ -16,6 +16,7 @@ import torch
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.rollout.schedule import SOLVERS, custom_schedule
+from ..fastar_core.rollout.video_geometry import VAE_STRIDES, pixel_size, video_frames
 from .constants import (
     CACHE_POLICIES,
     CATEGORY,
@@ -34,6 +35,7 @@ from .prompting import ARPromptSchedule, ScheduledPrompt, core_start_latent
 from .request import RolloutSettings, build_request
 from .rollout import run_rollout
 from .upstream import ignored_conditioning, ignored_model_patches
+from .video_size import check_sampler_size, size_from_extras
 
 log = logging.getLogger("FAST-AR")
 SETTING_KEYS = ("frames_per_block", "mode", "cache_policy", "sink_frames", "window_frames", "context_noise")
@@ -102,6 +104,12 @@ def sample_ar_video(model, noise, sigmas, extra_args=None, callback=None, disabl
                   else "EmptyHunyuanLatentVideo or AR Image to Video")
         raise FastARError(f"the latent has {noise.shape[1]} channels but the MODEL takes {ar_model.latent_channels}: "
                           f"make the LATENT with {source}")
+    stride = VAE_STRIDES[noise.shape[1]]
+    start_size = (schedule.video_size if "prompt_schedule" in options
+                  else size_from_extras(positive[0]) if positive else None)
+    check_sampler_size(start_size, pixel_size(noise.shape[4], stride), pixel_size(noise.shape[3], stride),
+                       video_frames(noise.shape[2]), "the LATENT has",
+                       fix="use its latent output, or make the LATENT at its size")
     # A start image from core's ARVideoI2V sits in the MODEL's options (core's sampler reads the sampling copy).
     core_start = core_start_latent(extra_args.get("model_options"), getattr(patcher, "model_options", None))
     given = SamplerInputs(positive=schedule, latent_frames=noise.shape[2], latent_h=noise.shape[3],

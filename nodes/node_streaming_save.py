@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 
 from ..fastar_core.errors import FastARError
@@ -10,6 +12,7 @@ from .constants import CATEGORY
 from .host import get_host
 from .inputs import float_input, int_input, link, string_input
 from .streaming_decode import decode_pieces, pixel_frames, spatial_upscale
+from .streaming_encode import cancellable
 from .video_file import Mp4Writer
 
 
@@ -56,23 +59,25 @@ class SaveLongVideoStreaming:
         total = pixel_frames(frames)
         bar = host.progress(batch * total)
         results, paths = [], []
-        for b in range(batch):
-            path, subfolder = host.output_path(filename_prefix, width, height)
-            writer = Mp4Writer(path, fps, width, height, metadata)
-            try:
-                for piece in decode_pieces(vae, latent[b:b + 1], frames_per_piece, load=host.load_vae):
-                    if host.interrupted():
-                        host.raise_interrupted()
-                    writer.write(piece[0])
-                    bar.update_absolute(b * total + writer.frames, batch * total)
-                writer.close()
-            except BaseException:
-                writer.abort()
-                raise
-            finally:
-                host.soft_empty_cache()
-            if writer.frames != total:
-                raise FastARError(f"decoded {writer.frames} frames, expected {total}")
-            results.append({"filename": path.name, "subfolder": subfolder, "type": "output"})
-            paths.append(str(path))
+        fsm = getattr(vae, "first_stage_model", None)  # ComfyUI's VAE module: Cancel is checked before each layer
+        with cancellable(fsm, host) if isinstance(fsm, torch.nn.Module) else nullcontext():
+            for b in range(batch):
+                path, subfolder = host.output_path(filename_prefix, width, height)
+                writer = Mp4Writer(path, fps, width, height, metadata)
+                try:
+                    for piece in decode_pieces(vae, latent[b:b + 1], frames_per_piece, load=host.load_vae):
+                        if host.interrupted():
+                            host.raise_interrupted()
+                        writer.write(piece[0])
+                        bar.update_absolute(b * total + writer.frames, batch * total)
+                    writer.close()
+                except BaseException:
+                    writer.abort()
+                    raise
+                finally:
+                    host.soft_empty_cache()
+                if writer.frames != total:
+                    raise FastARError(f"decoded {writer.frames} frames, expected {total}")
+                results.append({"filename": path.name, "subfolder": subfolder, "type": "output"})
+                paths.append(str(path))
         return {"ui": {"images": results, "animated": (True,)}, "result": ("\n".join(paths),)}

@@ -4,7 +4,10 @@ Matrix-Game 2.0 has no text: its cross-attention reads the start image's CLIP vi
 layer, 257 tokens: ComfyUI's CLIP Vision Encode with crop 'none' gives them as ``penultimate_hidden_states``), and
 beside every generated frame it reads the VAE latent of the start image followed by blank frames (its inference
 encodes the image and ``4(T - 1)`` zero frames as one video, so frames after the first carry the image too, through
-the causal VAE). This node encodes that video with the VAE it is given, the same encode ComfyUI's VAE Encode runs.
+the causal VAE). With ComfyUI's Wan2.1 VAE this node encodes that video a slice at a time, exactly as VAE Encode
+would (``streaming_encode.py``), and keeps each distinct latent frame once, so its memory does not grow with the
+length; Cancel stops it within one layer. The node also sets the video's size and length for the sampler
+(``video_size.py``).
 """
 
 from __future__ import annotations
@@ -16,17 +19,21 @@ from ..fastar_core.rollout.video_geometry import check_pixel_size, check_video_f
 from .constants import (
     CATEGORY,
     CLIP_VISION_TOKENS,
-    LATENT_CHANNELS,
     MAX_LENGTH,
     MAX_RESOLUTION,
     PIXEL_STEP,
     WORLD_HEIGHT,
+    WORLD_START_INDEX_KEY,
     WORLD_START_KEY,
     WORLD_WIDTH,
 )
 from .host import get_host
 from .inputs import int_input, link
 from .node_long_sampler import LENGTH_TOOLTIP
+from .streaming_encode import encode_start_video
+from .video_size import VideoSize
+
+NODE_NAME = "World Model Start"
 
 
 def clip_tokens(clip_vision_output) -> torch.Tensor:
@@ -47,8 +54,10 @@ def clip_tokens(clip_vision_output) -> torch.Tensor:
 class WorldModelStart:
     DESCRIPTION = ("The start of a Matrix-Game 2.0 world: the start image's CLIP vision tokens (from CLIP Vision "
                    "Encode, crop 'none', as Matrix-Game squeezes the whole frame to 224x224) and its VAE latent, "
-                   "encoded as the model's inference does: the image followed by blank frames for the whole length. "
-                   "Connect the output to the Long Video Sampler's 'positive' (Matrix-Game has no text prompt).")
+                   "encoded as the model's inference does: the image followed by blank frames for the whole length "
+                   "(a slice at a time, in memory that does not grow with the length). Sets the video's width, height "
+                   "and length: link them to the Long Video Sampler's, and 'positive' to its 'positive' (Matrix-Game "
+                   "has no text prompt).")
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -58,35 +67,31 @@ class WorldModelStart:
             "vae": link("VAE", "The Wan2.1 VAE (wan_2.1_vae.safetensors)."),
             "start_image": link("IMAGE", "The first frame. Scaled to cover width x height and centre-cropped (the "
                                          "reference crops the same way); the first image of a batch is used."),
-            "width": int_input(WORLD_WIDTH, PIXEL_STEP, MAX_RESOLUTION, "Video width; must equal the sampler's "
-                                                                        "(Matrix-Game 2.0 is trained at 640x352).",
+            "width": int_input(WORLD_WIDTH, PIXEL_STEP, MAX_RESOLUTION, "Video width (Matrix-Game 2.0 is trained at "
+                                                                        "640x352); the sampler takes it.",
                                step=PIXEL_STEP),
-            "height": int_input(WORLD_HEIGHT, PIXEL_STEP, MAX_RESOLUTION, "Video height; must equal the sampler's.",
+            "height": int_input(WORLD_HEIGHT, PIXEL_STEP, MAX_RESOLUTION, "Video height; the sampler takes it.",
                                 step=PIXEL_STEP),
-            "length": int_input(57, 1, MAX_LENGTH, LENGTH_TOOLTIP + " Must equal the sampler's length.", step=4),
+            "length": int_input(57, 1, MAX_LENGTH, LENGTH_TOOLTIP + " The sampler takes it.", step=4),
         }}
 
-    RETURN_TYPES = ("CONDITIONING",)
-    RETURN_NAMES = ("positive",)
-    OUTPUT_TOOLTIPS = ("The CLIP vision tokens carrying the start latent, for the Long Video Sampler's 'positive'.",)
+    RETURN_TYPES = ("CONDITIONING", "INT", "INT", "INT")
+    RETURN_NAMES = ("positive", "width", "height", "length")
+    OUTPUT_TOOLTIPS = ("The CLIP vision tokens carrying the start latent, for the Long Video Sampler's 'positive'.",
+                       "The video width, for the sampler's width.", "The video height, for the sampler's height.",
+                       "The video length in frames, for the sampler's length.")
     FUNCTION = "encode"
     CATEGORY = CATEGORY
 
     def encode(self, clip_vision_output, vae, start_image, width, height, length):
         host = get_host()
-        total = check_video_frames("length", length)
-        latent_w, latent_h = check_pixel_size("width", width), check_pixel_size("height", height)
+        check_video_frames("length", length)
+        check_pixel_size("width", width), check_pixel_size("height", height)
         tokens = clip_tokens(clip_vision_output)
         if not torch.is_tensor(start_image) or start_image.ndim != 4:
             raise FastARError("start_image is not an IMAGE [batch, height, width, channels]")
         image = host.resize_image(start_image[:1, :, :, :3].float(), width, height)
-        # Blank frames are zero in the VAE's [-1, 1] range: 0.5 in an IMAGE's [0, 1].
-        video = torch.full((length, height, width, 3), 0.5, dtype=image.dtype, device=image.device)
-        video[:1] = image
-        latent = vae.encode(video)
-        expected = (1, LATENT_CHANNELS, total, latent_h, latent_w)
-        if tuple(latent.shape) != expected:
-            raise FastARError(f"the VAE gave a latent of shape {list(latent.shape)} for {length} frames; a Wan2.1 "
-                              f"VAE gives {list(expected)} here")
-        start = latent.to(host.intermediate_device())
-        return ([[tokens.to(host.intermediate_device()), {WORLD_START_KEY: start}]],)
+        latent, index = encode_start_video(vae, image, length, host, NODE_NAME)
+        extras = {WORLD_START_KEY: latent.to(host.intermediate_device()), WORLD_START_INDEX_KEY: index,
+                  **VideoSize(width, height, length, NODE_NAME).as_extras()}
+        return ([[tokens.to(host.intermediate_device()), extras]], width, height, length)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..fastar_core.errors import FastARError
+from ..fastar_core.families.lingbot.camera import CameraPath
 from ..fastar_core.rollout.action_script import ActionScript
 from ..fastar_core.rollout.conditioning import Conditioning
 from ..fastar_core.rollout.prompts import PromptSchedule, PromptSegment
@@ -22,6 +23,7 @@ from ..fastar_core.rollout.video_geometry import pixel_size
 from .constants import CORE_AR_CONFIG_KEY, CORE_START_LATENT_KEY, INITIAL_LATENT_KEY, WORLD_START_KEY
 from .family_inputs import FamilyInputs, SamplerInputs, batch_rows, item_of
 from .upstream import ignored_conditioning
+from .video_size import VideoSize
 
 
 @dataclass
@@ -37,6 +39,7 @@ class ARPromptSchedule:
     prompts: list = field(default_factory=list)  # ScheduledPrompt, sorted by start_frame
     initial_latent: torch.Tensor | None = None  # raw VAE latent [B, 16, F, h, w] of a start image
     notes: list = field(default_factory=list)  # things the report should mention
+    video_size: VideoSize | None = None  # the start node's size and length, when prompt 1 came from one
 
     def to_engine(self) -> PromptSchedule:
         return PromptSchedule([PromptSegment(p.start_frame, p.context, p.recache_frames, p.label)
@@ -85,8 +88,9 @@ def video_frame_to_latent(frame: int) -> int:
     return (max(0, frame) + 3) // 4
 
 
-def with_initial_latent(conditioning, latent: torch.Tensor, hooks=None, combine_hooks=None):
-    """A copy of a CONDITIONING whose every entry carries the start image's latent (tensors are shared).
+def with_initial_latent(conditioning, latent: torch.Tensor, hooks=None, combine_hooks=None, size=None):
+    """A copy of a CONDITIONING whose every entry carries the start image's latent (tensors are shared) and the
+    video's ``size`` (a ``VideoSize``).
 
     ``hooks`` (a ComfyUI HookGroup, or None) is attached too, joined with an entry's own hooks by
     ``combine_hooks([theirs, ours])``."""
@@ -94,6 +98,8 @@ def with_initial_latent(conditioning, latent: torch.Tensor, hooks=None, combine_
     for entry in conditioning:
         extras = dict(entry[1]) if len(entry) > 1 else {}
         extras[INITIAL_LATENT_KEY] = latent
+        if size is not None:
+            extras.update(size.as_extras())
         if hooks is not None:
             theirs = extras.get("hooks")
             extras["hooks"] = hooks if theirs is None else combine_hooks([theirs, hooks])
@@ -184,10 +190,14 @@ def start_latent(model, raw, latent_h: int, latent_w: int) -> torch.Tensor | Non
 def check_no_world_inputs(actions, positive) -> None:
     """Actions and a world start belong to a world model, not to a text-to-video one."""
     if actions is not None:
-        if not isinstance(actions, ActionScript):
-            raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script node")
-        raise FastARError(f"'actions' ({actions.variant}) steer a Matrix-Game 2.0 model, but this MODEL is a "
-                          "text-to-video Wan model, which takes no actions; disconnect 'actions'")
+        if isinstance(actions, ActionScript):
+            what = f"'actions' ({actions.variant}) steer a world model"
+        elif isinstance(actions, CameraPath):
+            what = "'actions' (a camera path) steer LingBot-World 2.0"
+        else:
+            raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script or Camera Path node")
+        raise FastARError(f"{what}, but this MODEL is a text-to-video Wan model, which takes no actions; disconnect "
+                          "'actions'")
     if not isinstance(positive, ARPromptSchedule) and WORLD_START_KEY in conditioning_entry(positive, "positive")[1]:
         raise FastARError("'positive' comes from World Model Start, which starts a Matrix-Game 2.0 model, but this "
                           "MODEL is a text-to-video Wan model: give it a text prompt (CLIP Text Encode)")

@@ -8,13 +8,15 @@ the family's ``own_cache`` is the cache 'auto' means for it. A new family adds a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
 from ..fastar_core.caches.spec import SINK_FRAMES, WINDOW_FRAMES
 from ..fastar_core.errors import FastARError
 from ..fastar_core.families.demo.family import DemoWorldFamily
+from ..fastar_core.families.lingbot.family import LingBotFamily
+from ..fastar_core.families.longlive2 import LongLive2Family
 from ..fastar_core.families.matrix_game.family import MatrixGameFamily
 from ..fastar_core.forward.family import ModelFamily
 from ..fastar_core.rollout.engine import EngineSettings
@@ -24,12 +26,14 @@ from ..fastar_core.rollout.schedule import DenoisingSchedule, get_schedule
 from ..fastar_core.rollout.vae import RestartSpec
 from .demo_world import read_demo_world_inputs
 from .family_inputs import FamilyInputs, SamplerInputs, batch_rows
+from .lingbot import read_lingbot_inputs
 from .model_access import ARModel
 from .prompting import read_text_inputs
 from .world import read_world_inputs
 
 # The engine family's name -> the reader of its sampler inputs.
-READERS = {ModelFamily.name: read_text_inputs, MatrixGameFamily.name: read_world_inputs,
+READERS = {ModelFamily.name: read_text_inputs, LongLive2Family.name: read_text_inputs,
+           MatrixGameFamily.name: read_world_inputs, LingBotFamily.name: read_lingbot_inputs,
            DemoWorldFamily.name: read_demo_world_inputs}
 
 
@@ -40,6 +44,7 @@ class RolloutSettings:
     mode: str = "auto"  # auto: rolling for the Rolling Forcing schedule, chunk otherwise
     seed: int = 0
     cache_policy: str = "auto"  # auto: tempcache when the FAST-AR patch turns TempCache on, else the family's own
+    # (or global)
     sink_frames: int = SINK_FRAMES
     # frames a chunk attends to, sink and chunk included (window and recompute caches)
     window_frames: int = WINDOW_FRAMES
@@ -82,9 +87,12 @@ class RolloutRequest:
 
 
 def resolve_settings_for(model: ARModel, settings: RolloutSettings) -> EngineSettings:
-    """The FAST-AR patch on the MODEL and the sampler's cache inputs, resolved by the engine in one place."""
+    """The FAST-AR patch on the MODEL and the sampler's cache inputs, resolved by the engine in one place, with the
+    family's own cache where the sampler leaves the choice to it (cache 'auto', TempCache's capacity)."""
     return model.fastar.resolve(cache_policy=settings.cache_policy, sink_frames=settings.sink_frames,
-                                window_frames=settings.window_frames, num_layers=model.num_layers)
+                                window_frames=settings.window_frames, num_layers=model.num_layers,
+                                own_cache=model.family.own_cache(), frames_per_block=settings.frames_per_block,
+                                family=model.family.describe())
 
 
 def resolve_mode(settings: RolloutSettings, schedule_name: str) -> str:
@@ -104,17 +112,6 @@ def read_inputs(model: ARModel, given: SamplerInputs) -> FamilyInputs:
     if reader is None:
         raise FastARError(f"the MODEL is {model.family.describe()}, which the samplers cannot condition yet")
     return reader(model, given)
-
-
-def family_cache(model: ARModel, settings: RolloutSettings, engine: EngineSettings):
-    """Cache 'auto' without TempCache is the family's own cache, when it has one (Matrix-Game's window)."""
-    own = model.family.own_cache()
-    if own is None or settings.cache_policy != "auto" or engine.cache.policy != "global":
-        return settings, engine, []
-    settings = replace(settings, cache_policy=own.policy, window_frames=own.window_frames,
-                       sink_frames=own.sink_frames)
-    return settings, resolve_settings_for(model, settings), [
-        f"cache 'auto' is {model.family.describe()}'s own: {own.describe()}"]
 
 
 def build_request(model: ARModel, given: SamplerInputs, settings: RolloutSettings, *, batch: int = 1,
@@ -147,7 +144,6 @@ def build_request(model: ARModel, given: SamplerInputs, settings: RolloutSetting
         raise FastARError(f"the video has {total_frames} latent frames and the start image fills {n_init}; "
                           "raise 'length' so that at least one frame is generated")
     engine = resolve_settings_for(model, settings)
-    settings, engine, cache_notes = family_cache(model, settings, engine)
     cfg = RolloutConfig(num_frames=generated, latent_height=given.latent_h, latent_width=given.latent_w,
                         frames_per_block=settings.frames_per_block, schedule=sched, seed=settings.seed,
                         cache=engine.cache, context_noise=settings.context_noise, mode=mode, batch=1,
@@ -157,4 +153,4 @@ def build_request(model: ARModel, given: SamplerInputs, settings: RolloutSetting
     return RolloutRequest(model=model, inputs=inputs, settings=settings, engine=engine, schedule=sched, config=cfg,
                           total_frames=total_frames, start_frames=n_init, items=items,
                           start_noise=start_noise, vae=vae,
-                          notes=[*inputs.notes, *notes, *cache_notes])
+                          notes=[*inputs.notes, *notes, *engine.notes])

@@ -98,6 +98,7 @@ class StandaloneHost:
         self.live_listeners: list = []  # (event, data) -> None: what a page would be sent during a live play
         self.routes: list = []  # (method, path, handler): what would be added to ComfyUI's server
         self.output_dir = Path(os.environ.get("FASTAR_OUTPUT_DIR", "output"))
+        self.input_dir = Path(os.environ.get("FASTAR_INPUT_DIR", "input"))
         for name in ("diffusion_models", "loras"):
             env = os.environ.get(f"FASTAR_{name.upper()}_DIR")
             if env:
@@ -106,6 +107,9 @@ class StandaloneHost:
     # -- folders ----------------------------------------------------------------------------------------------
     def register_folder(self, name: str, path) -> None:
         self.folders.setdefault(name, []).append(Path(path))
+
+    def input_directory(self) -> Path:
+        return self.input_dir
 
     def list_files(self, folder: str) -> list[str]:
         names = set()
@@ -140,7 +144,7 @@ class StandaloneHost:
     def load_model(self, patcher) -> None:
         pass
 
-    def load_vae(self, vae, piece_shape) -> None:
+    def load_vae(self, vae, piece_shape, encode: bool = False) -> None:
         pass
 
     def soft_empty_cache(self) -> None:

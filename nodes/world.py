@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..fastar_core.errors import FastARError
+from ..fastar_core.families.lingbot.camera import CameraPath
 from ..fastar_core.families.matrix_game.config import MatrixGameConfig
 from ..fastar_core.families.matrix_game.rollout import matrix_game_conditioning
 from ..fastar_core.rollout.action_script import ActionScript
@@ -15,7 +16,7 @@ from ..fastar_core.rollout.actions import Actions
 from ..fastar_core.rollout.conditioning import Conditioning
 from ..fastar_core.rollout.live_actions import LivePlay
 from ..fastar_core.rollout.video_geometry import pixel_size, video_frames
-from .constants import MODEL_OWN, SCHEDULE_PRESETS, WORLD_START_KEY
+from .constants import MODEL_OWN, SCHEDULE_PRESETS, WORLD_START_INDEX_KEY, WORLD_START_KEY
 from .family_inputs import FamilyInputs, SamplerInputs, batch_rows, item_of
 from .prompting import ARPromptSchedule, conditioning_entry
 
@@ -23,7 +24,8 @@ from .prompting import ARPromptSchedule, conditioning_entry
 @dataclass
 class WorldInputs(FamilyInputs):
     clip: torch.Tensor  # [B or 1, 257, clip_dim] CLIP-vision tokens
-    start: torch.Tensor  # [B or 1, 16, T, h, w] raw VAE latent of the start image and the blank frames after it
+    start: torch.Tensor  # [B or 1, 16, T or D, h, w] raw VAE latent of the start image and the blank frames after it
+    index: torch.Tensor | None  # [T]: which of start's D distinct frames each latent frame is (None: frame t is t)
     actions: ActionScript | LivePlay
     latent_frames: int  # of the video: the actions are read for its frames
     notes: list = field(default_factory=list)
@@ -41,7 +43,8 @@ class WorldInputs(FamilyInputs):
         else:
             actions = Actions(*self.actions.to_tensors(video_frames(self.latent_frames)))
         start = model.latent_format.process_in(item_of(self.start, r).float())
-        return matrix_game_conditioning(start, item_of(self.clip, r).float(), actions)
+        index = None if self.index is None else self.index[:self.latent_frames]
+        return matrix_game_conditioning(start, item_of(self.clip, r).float(), actions, index)
 
     def describe(self) -> str:
         if isinstance(self.actions, LivePlay):
@@ -78,11 +81,15 @@ def read_world_inputs(model, given: SamplerInputs) -> WorldInputs:
         raise FastARError(f"World Model Start's CLIP tokens are {tokens.shape[-1]} wide; this model reads "
                           f"{config.clip_dim} (a ViT-H CLIP vision model: clip_vision_h.safetensors)")
     frames, latent_h, latent_w = given.latent_frames, given.latent_h, given.latent_w
-    if tuple(start.shape[3:]) != (latent_h, latent_w) or start.shape[2] < frames:
+    index = extras.get(WORLD_START_INDEX_KEY)
+    if index is not None and (not torch.is_tensor(index) or index.ndim != 1 or index.dtype != torch.long):
+        raise FastARError(f"World Model Start's frame index is not a 1-D long tensor ({WORLD_START_INDEX_KEY})")
+    covers = start.shape[2] if index is None else index.shape[0]
+    if tuple(start.shape[3:]) != (latent_h, latent_w) or covers < frames:
         raise FastARError(f"World Model Start encoded {pixel_size(start.shape[4])}x{pixel_size(start.shape[3])} "
-                          f"for {video_frames(start.shape[2])} frames, but the sampler makes "
-                          f"{pixel_size(latent_w)}x{pixel_size(latent_h)} for {video_frames(frames)}: give "
-                          "both the same width, height and length")
+                          f"for {video_frames(covers)} frames, but the sampler makes "
+                          f"{pixel_size(latent_w)}x{pixel_size(latent_h)} for {video_frames(frames)}: link World "
+                          "Model Start's width, height and length to the sampler's")
     actions = given.actions
     if actions is None:
         keys = "keyboard and mouse" if config.action.enable_mouse else "keyboard"
@@ -93,8 +100,11 @@ def read_world_inputs(model, given: SamplerInputs) -> WorldInputs:
             raise FastARError(f"the play's keys are {actions.variant.name}'s, but this MODEL is Matrix-Game 2.0 "
                               f"{variant}")
     elif not isinstance(actions, ActionScript):
-        raise FastARError(f"'actions' is a {type(actions).__name__}; connect an Action Script node")
+        what = ("a camera path, which steers LingBot-World 2.0" if isinstance(actions, CameraPath)
+                else f"a {type(actions).__name__}")
+        raise FastARError(f"'actions' is {what}; this MODEL is Matrix-Game 2.0 {variant}: connect an Action Script "
+                          "node")
     elif actions.variant != variant:
         raise FastARError(f"the Action Script is for {actions.variant}, but this MODEL is Matrix-Game 2.0 {variant}: "
                           f"set its variant to {variant} (the keys differ)")
-    return WorldInputs(tokens, start, actions, frames, schedule_notes(config, given.sigmas, given.schedule))
+    return WorldInputs(tokens, start, index, actions, frames, schedule_notes(config, given.sigmas, given.schedule))

@@ -310,13 +310,13 @@ def pack_start_image_to_core():
     nodes = core_ar_nodes()
     with torch.no_grad():
         model = comfy.sd.load_diffusion_model(model_path(CAUSAL))
-        positive, latent = ARImageToVideo().encode(conditioning(1), vae(), start_image(), 32, 32, 25, 1)
+        positive, latent, *_ = ARImageToVideo().encode(conditioning(1), vae(), start_image(), 32, 32, 25, 1)
         start = positive[0][1]["fastar_initial_latent"].float().cpu()
         core = sample(model, latent["samples"], core_sampler(), positive)
         core_plain = sample(model, latent["samples"], core_sampler(), conditioning(1))
         custom = sample(model, latent["samples"], pack_sampler(), positive)  # the hook and the entry agree
         # one start image each way: refused with one message
-        other, _ = ARImageToVideo().encode(conditioning(1), vae(), 1 - start_image(), 32, 32, 25, 1)
+        other, *_ = ARImageToVideo().encode(conditioning(1), vae(), 1 - start_image(), 32, 32, 25, 1)
         with_image = nodes.ARVideoI2V.execute(model, vae(), start_image(), 32, 32, 25, 1).args[0]
         try:
             LongVideoSampler().sample(with_image, other, 32, 32, 25)
@@ -340,6 +340,57 @@ def dense_agreement_one_step():
     return {"one_step_max_abs_diff": max_diff(core, pack), "max_abs": float(core.abs().max()),
             "four_step_max_abs_diff": max_diff(core4, pack4),
             "four_step_std": [float(core4.std()), float(pack4.std())]}
+
+
+@check
+def lingbot_nodes():
+    """LingBot-World 2.0 through the nodes on this ComfyUI (its shards loaded by Load AR Video Model, LingBot World
+    Start with the host's Wan2.1 VAE, an Action Script of variant lingbot, the Long Video Sampler with ComfyUI's
+    progress hook) against the engine's own rollout of the same prompt, start latent (in the model's latent space:
+    ComfyUI's Wan21 format) and camera."""
+    import tempfile
+    from pathlib import Path
+
+    from comfyui_fastar.fastar_core.families.lingbot.camera import check_path
+    from comfyui_fastar.fastar_core.families.lingbot.checkpoint import save_lingbot
+    from comfyui_fastar.fastar_core.families.lingbot.config import LingBotConfig
+    from comfyui_fastar.fastar_core.families.lingbot.model import random_lingbot
+    from comfyui_fastar.fastar_core.families.lingbot.rollout import lingbot_conditioning, rollout_config
+    from comfyui_fastar.fastar_core.forward.runner import CausalRunner
+    from comfyui_fastar.fastar_core.rollout.sampler import ARSampler
+    from comfyui_fastar.nodes.node_action_script import ActionScriptNode
+    from comfyui_fastar.nodes.node_lingbot_start import LingBotWorldStart
+    from comfyui_fastar.nodes.node_loader import load_lingbot_model
+
+    config = LingBotConfig(dim=64, num_heads=2, num_layers=2, ffn_dim=128, freq_dim=32, text_len=16)
+    folder = Path(tempfile.mkdtemp())
+    save_lingbot(random_lingbot(config, seed=3), folder, shards=3, config_in_files=True)
+    script = "variant lingbot\n0 W\n0.5 W L\n1 up\n"
+    calls = []
+    comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, node_id=None: calls.append([value, total]))
+    try:
+        with torch.no_grad():
+            model, info = load_lingbot_model(get_host(), str(folder / "diffusion_pytorch_model-00002-of-00003"
+                                                                     ".safetensors"), "default", "none")
+            prompt = prompt_embedding(4, tokens=12, padded=False)  # the tiny model reads 16 tokens
+            positive = LingBotWorldStart().encode([[prompt, {}]], vae(), start_image(), 48, 32, 29)[0]
+            actions = ActionScriptNode().build("lingbot", 16.0, script)[0]
+            latent, report = LongVideoSampler().sample(model, positive, 48, 32, 29, frames_per_block=4,
+                                                       schedule="LingBot-World 4-step", seed=5, actions=actions)
+    finally:
+        comfy.utils.set_progress_bar_global_hook(None)
+    extras = positive[0][1]
+    start = extras["fastar_world_start"].index_select(2, extras["fastar_world_start_index"])
+    dm = model.model.diffusion_model
+    fmt = model.model.latent_format
+    path = check_path(actions.to_poses(29), actions.intrinsics())
+    cond = lingbot_conditioning(prompt, fmt.process_in(start.float()), path.condition(8, 32, 48))
+    with torch.no_grad():
+        direct = ARSampler(CausalRunner(dm)).generate(cond, rollout_config(dm.config, 8, 4, 6, seed=5)).latent
+    return {"info_family": json.loads(info)["family"], "latent_format": type(fmt).__name__,
+            "shape": list(latent["samples"].shape), "calls": calls,
+            "max_abs_diff": max_diff(latent["samples"], fmt.process_out(direct)),
+            "report_has_camera": "keys lingbot at 16 fps" in report}
 
 
 report(RESULTS)

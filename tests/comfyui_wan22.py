@@ -243,7 +243,7 @@ def image_to_video_with_the_wan22_vae():
     vae = wan22_vae()
     image = torch.rand(1, SIZE, SIZE, 3, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        positive, latent = ARImageToVideo().encode(conditioning(1), vae, image, SIZE, SIZE, LENGTH, 1)
+        positive, latent, *_ = ARImageToVideo().encode(conditioning(1), vae, image, SIZE, SIZE, LENGTH, 1)
         start = positive[0][1]["fastar_initial_latent"].float().cpu()
         model = pack_model()
         with_image, _ = long_video(model, positive)

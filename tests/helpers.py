@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import torch
 
@@ -12,6 +13,7 @@ from comfyui_fastar.fastar_core.forward.runner import CausalRunner
 from comfyui_fastar.fastar_core.model.rope import grid_positions, rotate
 from comfyui_fastar.fastar_core.model.wan_config import WanConfig
 from comfyui_fastar.fastar_core.model.wan_model import random_wan
+from comfyui_fastar.fastar_core.rollout.engine import resolve_settings
 
 TINY = WanConfig(dim=64, num_heads=2, num_layers=2, ffn_dim=128, text_dim=32, freq_dim=32)
 
@@ -70,8 +72,35 @@ def reference_forward(model, x_all, t_all, text_ctx, groups, grid_hw):
     return runner.forward(x_all, t_all, text, None, info)
 
 
-__all__ = ["TINY", "assert_one_run", "tiny_model", "tiny_context", "GroupedReference", "reference_forward",
-           "grid_positions"]
+def tiny_modes() -> dict:
+    """The bench's modes at tiny sizes (a 9-frame capacity, sink 3), AnnSA on at every size where it is on."""
+    def mode(**kw):
+        s = resolve_settings(sink_frames=3, **kw)
+        return s.cache, s.fastar
+
+    def temp(matcher="exact", **attention):
+        return mode(preset="balanced", tempcache_overrides={"capacity_frames": 9, "threshold": 0.5,
+                                                            "matcher": matcher},
+                    attention_overrides={"annca": False, "annsa": False, "annsa_min_keys": 0, **attention})
+
+    window = mode(cache_policy="window", window_frames=12)
+    return {
+        "dense-global": mode(cache_policy="global"),
+        "dense-window": window,
+        "dense-window-int8": (replace(window[0], kv_quant="int8"), window[1]),
+        "rolling": mode(cache_policy="rolling", rolling_capacity=9, rolling_attend=9),
+        "recompute": mode(cache_policy="recompute", window_frames=9),
+        "tempcache": temp(),
+        "tempcache-quantized": temp("quantized"),
+        "tempcache-int8": (replace(temp()[0], kv_quant="int8"), temp()[1]),
+        "tempcache+annsa": temp(annsa=True),
+        "all": temp("quantized", annca=True, annsa=True),
+        "all+annca-prune": temp("quantized", annca=True, annca_prune=True, annsa=True),
+    }
+
+
+__all__ = ["TINY", "assert_one_run", "tiny_model", "tiny_context", "tiny_modes", "GroupedReference",
+           "reference_forward", "grid_positions"]
 
 
 def assert_one_run(out, users=()):

@@ -14,6 +14,7 @@ COMFYUI_TEST_PORT up when it is set.
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -141,11 +142,11 @@ def server(host, tmp_path_factory):
     port = free_port(host.port or 0)
     # Models only some tests write (ComfyUI re-lists a folder whose files change), beside the host's own.
     extra = base / "extra_models"
-    for folder in ("diffusion_models", "clip_vision"):
+    for folder in ("diffusion_models", "clip_vision", "vae", "text_encoders"):
         (extra / folder).mkdir(parents=True)
     extra_config = base / "extra_model_paths.yaml"
     extra_config.write_text(f"fastar_tests:\n  base_path: {extra}\n  diffusion_models: diffusion_models\n"
-                            "  clip_vision: clip_vision\n")
+                            "  clip_vision: clip_vision\n  vae: vae\n  text_encoders: text_encoders\n")
     proc = subprocess.Popen([host.python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
                              "--extra-model-paths-config", str(extra_config),
                              "--base-directory", str(base), "--output-directory", str(out),
@@ -271,8 +272,14 @@ def test_workflows_match_the_real_node_definitions_and_are_served_as_templates(s
     assert len(checked) >= 6, checked
     status, templates = server.http("GET", "/workflow_templates")
     ours = templates.get(PACK_NAME, [])
-    # listed once each: a second template folder (a copy or a link) would list every workflow twice
-    assert sorted(ours) == sorted(p.stem for p in WORKFLOWS), templates
+    # listed once each (a second template folder, a copy or a link, would list every workflow twice), and only
+    # those whose nodes this ComfyUI has: core's AR template is not offered where core has no AR nodes
+    runnable = [p.stem for p in WORKFLOWS
+                if {n["type"] for n in json.loads(p.read_text())["nodes"]} - {"MarkdownNote", "Note"} <= set(info)]
+    assert sorted(ours) == sorted(runnable), templates
+    assert ("fastar_core_ar_template" in ours) == ("ARVideoI2V" in info)
+    status, served = server.http("GET", f"/api/workflow_templates/{PACK_NAME}/fastar_core_ar_template.json")
+    assert status == 200 and served["nodes"], "the file itself is still served"
 
 
 def test_tiny_wan_long_video_through_the_native_vae_decode(server):
@@ -478,11 +485,12 @@ WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 
 def ui_to_api(workflow: dict, info: dict) -> dict:
     """The API prompt the editor makes of a UI workflow: widget values in the node's input order (a seed's
-    control value and an upload button's skipped), links as [source id, output slot]; notes dropped."""
+    control value and an upload button's skipped), links as [source id, output slot]; notes and muted nodes
+    dropped."""
     links = {link[0]: link for link in workflow["links"]}
     prompt = {}
     for node in workflow["nodes"]:
-        if node["type"] in ("MarkdownNote", "Note"):
+        if node["type"] in ("MarkdownNote", "Note") or node.get("mode") == 2:  # a muted node is not queued
             continue
         spec, values, inputs, i = info[node["type"]], list(node.get("widgets_values") or []), {}, 0
         linked = {slot["name"]: links[slot["link"]] for slot in node.get("inputs", []) if slot.get("link") is not None}
@@ -665,8 +673,8 @@ def test_action_scripts_are_checked_when_queued_and_refused_by_a_text_model(serv
     status, answer = server.http("POST", "/prompt", {"prompt": {
         "1": bad, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 1]}}}, "client_id": "actions"})
     assert status == 400 and answer["error"]["type"] == "prompt_outputs_failed_validation", answer
-    errors = answer["node_errors"]["1"]["errors"]
-    assert any("line 2 (at 2 s): unknown key 'Z' for universal" in json.dumps(e) for e in errors), errors
+    [error] = answer["node_errors"]["1"]["errors"]  # once, not once per widget
+    assert "line 2 (at 2 s): unknown key 'Z' for universal" in error["details"], error
     prompt = long_video_prompt(vae=server.vae())
     prompt["11"] = script
     prompt["4"]["inputs"]["actions"] = ["11", 0]
@@ -677,75 +685,270 @@ def test_action_scripts_are_checked_when_queued_and_refused_by_a_text_model(serv
     assert "'actions' (universal) steer a Matrix-Game 2.0 model" in error["exception_message"]
 
 
-WORLD_MODEL = "matrix_game_tiny/model.safetensors"
 RANDOM_CLIP_VISION = "random_clip_vit_l.safetensors"
+WORLD_WORKFLOWS = {"fastar_world_model_universal": "universal", "fastar_world_model_templerun": "templerun"}
+SMALL_WORLD = {"width": 48, "height": 32, "length": 25}  # 7 latent frames: chunks 3 + 3 + 1
+
+
+def browser_tools():
+    node, chromium = shutil.which("node"), shutil.which("chromium") or "/usr/bin/chromium"
+    modules = os.environ.get("FASTAR_PLAYWRIGHT_MODULES", "/tmp/editor-check/node_modules")
+    if not node or not Path(chromium).is_file() or not (Path(modules) / "playwright-core").is_dir():
+        pytest.skip("needs node, Chromium and playwright-core (FASTAR_PLAYWRIGHT_MODULES, default "
+                    "/tmp/editor-check/node_modules)")
+    return node, chromium, modules
+
+
+def editor_prompt(server, workflow: Path, settings: dict) -> dict:
+    """The workflow loaded into the server's own editor, ``settings`` ({node type: {widget: value}}) set there:
+    what the editor showed and the prompt its Queue button sends (tools/editor_check/editor_prompt.cjs)."""
+    node, chromium, modules = browser_tools()
+    done = subprocess.run([node, str(ROOT / "tools" / "editor_check" / "editor_prompt.cjs"), server.url, str(workflow),
+                           chromium, json.dumps(settings)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NODE_PATH": modules})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def world_models(server, tmp_path_factory):
-    """A tiny Matrix-Game 2.0 universal model (release layout: safetensors and config.json; its CLIP context 1024
-    wide, ViT-L's) and a random full-size ViT-L CLIP vision model (ComfyUI has no smaller), written once per run."""
+    """Every file the world workflows name, where the docs say to put it: the Matrix-Game files at the top of
+    diffusion_models under their released names (tiny models of each variant, which carry their sizes in their
+    metadata, as a file of other sizes than the release's may; the released ones need nothing), a random ViT-L CLIP
+    vision model as clip_vision/clip_vision_h.safetensors (ComfyUI has no smaller; its 1024-wide tokens are what the
+    tiny models read), the host's Wan2.1 VAE as vae/wan_2.1_vae.safetensors, and input/example.png."""
     import dataclasses
 
     from matrix_game_models import tiny_config
+    from PIL import Image
 
     from comfyui_fastar.fastar_core.families.matrix_game.checkpoint import save_matrix_game
     from comfyui_fastar.fastar_core.families.matrix_game.model import random_matrix_game
 
-    folder = server.extra_models / "diffusion_models" / "matrix_game_tiny"
-    folder.mkdir()
-    config = dataclasses.replace(tiny_config("universal"), clip_dim=1024, text_dim=1024)
-    save_matrix_game(random_matrix_game(config, seed=3), folder / "model.safetensors")
+    for workflow, variant in WORLD_WORKFLOWS.items():
+        wf = json.loads((ROOT / "example_workflows" / f"{workflow}.json").read_text())
+        loader = next(n for n in wf["nodes"] if n["type"] == "FastAR_LoadARVideoModel")
+        [entry] = loader["properties"]["models"]
+        assert entry["directory"] == "diffusion_models" and "/" not in entry["name"], entry
+        config = dataclasses.replace(tiny_config(variant), clip_dim=1024, text_dim=1024)
+        save_matrix_game(random_matrix_game(config, seed=3), server.extra_models / "diffusion_models" / entry["name"],
+                         config_in_file=True)
     cached = tmp_path_factory.getbasetemp() / RANDOM_CLIP_VISION
     if not cached.exists():
         run_in_host(server.host, "comfyui_tiny_clip_vision.py", timeout=600, args=[str(cached)])
-    (server.extra_models / "clip_vision" / RANDOM_CLIP_VISION).symlink_to(cached)
+    (server.extra_models / "clip_vision" / "clip_vision_h.safetensors").symlink_to(cached)
+    vae_file = Path(server.host.dir) / "models" / "vae" / server.vae()
+    (server.extra_models / "vae" / "wan_2.1_vae.safetensors").symlink_to(vae_file.resolve())
+    inputs = server.out.parent / "input"
+    inputs.mkdir(exist_ok=True)
+    Image.new("RGB", (640, 352), (90, 140, 60)).save(inputs / "example.png")
     return server
 
 
-def world_prompt(vae, length=25, script="0 W\n0.5 W L\n1 - mouse 0.05 0\n"):
-    size = {"width": 48, "height": 32}
+@pytest.mark.parametrize("workflow", list(WORLD_WORKFLOWS))
+def test_world_workflow_runs_from_the_editors_own_prompt(world_models, workflow):
+    """The shipped world workflow in the server's own editor, with its files where the docs put them: no missing
+    model or node, World Model Start set small there (the sampler's size and length follow through its links), and
+    the prompt the editor's Queue would send runs; the report states the cache the docs give for the workflow."""
+    server = world_models
+    shown = editor_prompt(server, ROOT / "example_workflows" / f"{workflow}.json",
+                          {"FastAR_WorldModelStart": SMALL_WORLD})
+    assert not shown["overlays"] and not shown["combo_values_not_listed"] and not shown["unset"], shown
+    prompt = shown["prompt"]
+    by_type = {node["class_type"]: key for key, node in prompt.items()}
+    sampler = prompt[by_type["FastAR_LongVideoSampler"]]["inputs"]
+    for field, slot in (("width", 1), ("height", 2), ("length", 3)):
+        assert sampler[field] == [by_type["FastAR_WorldModelStart"], slot], (field, sampler[field])
+    entry = run_prompt(server, prompt, timeout=900)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    report = entry["outputs"][by_type["PreviewAny"]]["text"][0]
+    assert "48x32" in report and "cache     : window (6 frames attended, sink 0 and the chunk included)" in report, \
+        report
+    video = entry["outputs"][by_type["SaveVideo"]]["images"][0]
+    assert (server.out / video["subfolder"] / video["filename"]).stat().st_size > 0
+
+
+def world_start_prompt(length, width=640, height=352, vae="wan_2.1_vae.safetensors"):
+    size = {"width": width, "height": height}
     return {
-        "m": {"class_type": "FastAR_LoadARVideoModel",
-              "inputs": {"model_name": WORLD_MODEL, "weight_dtype": "default", "lora_name": "none", "shift": 5.0}},
         "img": {"class_type": "EmptyImage", "inputs": {**size, "batch_size": 1, "color": 6324384}},
-        "cv": {"class_type": "CLIPVisionLoader", "inputs": {"clip_name": RANDOM_CLIP_VISION}},
+        "cv": {"class_type": "CLIPVisionLoader", "inputs": {"clip_name": "clip_vision_h.safetensors"}},
         "cve": {"class_type": "CLIPVisionEncode", "inputs": {"clip_vision": ["cv", 0], "image": ["img", 0],
                                                              "crop": "none"}},
         "vae": {"class_type": "VAELoader", "inputs": {"vae_name": vae}},
         "start": {"class_type": "FastAR_WorldModelStart",
                   "inputs": {"clip_vision_output": ["cve", 0], "vae": ["vae", 0], "start_image": ["img", 0], **size,
                              "length": length}},
-        "act": {"class_type": "FastAR_ActionScript", "inputs": {"variant": "universal", "fps": 12.0,
-                                                                "script": script}},
-        "s": {"class_type": "FastAR_LongVideoSampler",
-              "inputs": {"model": ["m", 0], "positive": ["start", 0], "actions": ["act", 0], **size, "length": length,
-                         "frames_per_block": 3, "schedule": "Matrix-Game 3-step", "mode": "auto", "seed": 0,
-                         "cache_policy": "auto", "sink_frames": 3, "window_frames": 12, "context_noise": 0.0}},
-        "dec": {"class_type": "VAEDecode", "inputs": {"samples": ["s", 0], "vae": ["vae", 0]}},
-        "vid": {"class_type": "CreateVideo", "inputs": {"images": ["dec", 0], "fps": 12.0}},
-        "save": {"class_type": "SaveVideo",
-                 "inputs": {"video": ["vid", 0], "filename_prefix": "fastar/world", "format": "auto", "codec": "auto"}},
-        "rep": {"class_type": "PreviewAny", "inputs": {"source": ["s", 1]}},
+        "show": {"class_type": "PreviewAny", "inputs": {"source": ["start", 3]}},
     }
 
 
-def test_matrix_game_from_a_start_image_and_an_action_script_then_interrupted(world_models):
+def test_world_model_start_at_961_frames_stops_within_two_seconds_of_cancel(world_models):
+    """Cancel while World Model Start encodes 961 frames at 640x352: the node checks before every VAE layer, so the
+    run ends as interrupted within a layer's time (the server's own timestamp, against when Cancel was sent). Needs a
+    VAE whose layers take well under a second on this CPU: the tiny Wan2.1 VAE of 0.2x hosts."""
     server = world_models
-    entry = run_prompt(server, world_prompt(server.vae()))
+    if server.vae() != TINY_VAE:
+        pytest.skip(f"needs {TINY_VAE} (ComfyUI 0.2x reads a VAE's width from the file; 0.3.x loads only full-size "
+                    "ones, one of whose 640x352 layers takes seconds on a CPU)")
+    run_prompt(server, world_start_prompt(5))  # the VAE and the CLIP vision model loaded
+    started = "FAST-AR World Model Start: encoding 961 frames"
+    sent = []
+
+    def encoding():
+        if started in server.log.read_text():
+            sent.append(time.time())
+            return True
+        return False
+
+    entry = run_prompt(server, world_start_prompt(961), interrupt_when=encoding)
+    interrupted = messages(entry, "execution_interrupted")
+    assert interrupted and interrupted[0]["node_type"] == "FastAR_WorldModelStart", entry["status"]
+    seconds = interrupted[0]["timestamp"] / 1000 - sent[0]
+    print(f"World Model Start ended {seconds:.2f} s after Cancel", file=sys.stderr)
+    assert seconds < 2.0, seconds
+    after = run_prompt(server, world_start_prompt(5))
+    assert after["status"]["status_str"] == "success", "the server keeps working after an interrupt"
+
+
+def test_world_model_start_streams_exactly_what_vae_encode_gives(host):
+    """ComfyUI's own Wan2.1 VAE: the start video a slice at a time, the steady state found and its slices skipped,
+    equals VAE Encode of the whole video bit for bit (tests/comfyui_world_start.py)."""
+    result = run_in_host(host, "comfyui_world_start.py", timeout=1200)
+    r = figures(result, "equality")
+    for frames, got in r.items():
+        assert got["equal"] and got["shape"] == got["whole_shape"], (frames, got)
+    assert r["161"]["skipped_calls"] > 0 and r["161"]["distinct"] < r["161"]["shape"][2], r["161"]
+    assert r["161"]["first_blank_repeated_diff"] > 1e-3, "the blank frames' latents do carry the image forward"
+
+
+def test_world_model_start_memory_does_not_grow_with_the_length(host):
+    """World Model Start at 640x352: its peak memory at 961 frames is within 10 % of its peak at 121, each measured in
+    a fresh process of the host's python (the two run side by side, one thread each). Control, at 320x176 to keep it
+    short: VAE Encode of the whole start video, what the node did before, grows with the length (0.2x hosts: about
+    20 minutes on two busy cores, most of it the two 640x352 encodes of the ~30 latent frames before the steady
+    state)."""
+    names = {p.name for p in (Path(host.dir) / "models" / "vae").iterdir()}
+    if TINY_VAE not in names:
+        pytest.skip(f"needs {TINY_VAE}: encoding 640x352 with the full-size VAE takes hours on a CPU")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    runs = {(frames, size, whole): subprocess.Popen(
+        [host.python, str(ROOT / "tests" / "comfyui_world_start.py"), str(ROOT), "memory", *size.split("x"),
+         str(frames), *(["whole"] if whole else [])], cwd=host.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env)
+        for frames, size, whole in ((121, "640x352", False), (961, "640x352", False), (121, "320x176", True),
+                                    (241, "320x176", True))}
+    peaks = {}
+    for key, proc in runs.items():
+        out, err = proc.communicate(timeout=3000)
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        assert proc.returncode == 0 and lines, out[-2000:] + err[-3000:]
+        r = json.loads(lines[-1][len("RESULT "):])
+        width, height = (int(v) for v in key[1].split("x"))
+        assert r["latent_shape"] == [1, 16, (key[0] - 1) // 4 + 1, height // 8, width // 8], r
+        peaks[key] = r["peak_above_start"]
+    print(json.dumps({f"{k[0]} frames {k[1]}{' whole' if k[2] else ''}": f"{v / 2**30:.2f} GiB"
+                      for k, v in peaks.items()}), file=sys.stderr)
+    assert peaks[(961, "640x352", False)] <= 1.10 * peaks[(121, "640x352", False)], peaks
+    # the control fails the same bound: the whole video's pixels and their copy grow with it
+    assert peaks[(241, "320x176", True)] > 1.10 * peaks[(121, "320x176", True)], "the control: the whole encode grows"
+
+
+LINGBOT_WORKFLOW = ROOT / "example_workflows" / "fastar_world_model_lingbot.json"
+SMALL_LINGBOT = {"width": 48, "height": 32, "length": 29}  # 8 latent frames: two chunks of 4
+
+
+@pytest.fixture(scope="module")
+def lingbot_models(world_models):
+    """Every file the LingBot workflow names, where the docs put them: its shards at the top of diffusion_models
+    under the names their download gives (a tiny model, which carries its sizes in the shards' metadata; the
+    released sizes need nothing), the UMT5 text encoder's name (an empty file: the tests swap the text nodes for the
+    harness's random prompt, since no host has a UMT5), the Wan2.1 VAE and input/example.png (World Model Start's
+    fixture), and input/cameras/03 (a camera folder for the muted Camera Path)."""
+    import numpy as np
+    from test_lingbot import TINY
+
+    from comfyui_fastar.fastar_core.families.lingbot.checkpoint import save_lingbot
+    from comfyui_fastar.fastar_core.families.lingbot.model import random_lingbot
+    from comfyui_fastar.fastar_core.rollout.action_script import parse_text
+
+    server = world_models
+    wf = json.loads(LINGBOT_WORKFLOW.read_text())
+    by_type = {n["type"]: n for n in wf["nodes"]}
+    names = [m["name"] for m in by_type["FastAR_LoadARVideoModel"]["properties"]["models"]]
+    assert all("/" not in n for n in names) and by_type["FastAR_LoadARVideoModel"]["widgets_values"][0] == names[0]
+    folder = server.extra_models / "diffusion_models"
+    save_lingbot(random_lingbot(TINY, seed=3), folder, shards=len(names), config_in_files=True)
+    assert sorted(p.name for p in folder.glob("diffusion_pytorch_model-*")) == names
+    for entry in by_type["CLIPLoader"]["properties"]["models"]:
+        (server.extra_models / entry["directory"] / entry["name"]).touch()
+    camera = server.out.parent / "input" / by_type["FastAR_CameraPath"]["widgets_values"][0]
+    camera.mkdir(parents=True, exist_ok=True)
+    script = parse_text("variant lingbot\n0 W\n1 W L\n2 up\n")
+    np.save(camera / "poses.npy", script.to_poses(401).astype(np.float32))
+    np.save(camera / "intrinsics.npy", np.tile(script.intrinsics(), (401, 1)).astype(np.float32))
+    return server
+
+
+def with_harness_prompt(prompt: dict) -> dict:
+    """The prompt with CLIPLoader + CLIP Text Encode swapped for the harness's random [1, 16, 4096] prompt."""
+    by_type = {node["class_type"]: key for key, node in prompt.items()}
+    del prompt[by_type["CLIPLoader"]]
+    prompt[by_type["CLIPTextEncode"]] = {"class_type": "HarnessRandomConditioning",
+                                         "inputs": {"seed": 1, "tokens": 16, "dim": 4096, "scale": 1.0}}
+    return prompt
+
+
+def check_lingbot_run(server, entry, by_type):
     assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
-    report = entry["outputs"]["rep"]["text"][0]
-    assert "actions universal at 12 fps: 0 s (frame 0): W(forward); 0.5 s (frame 6)" in report, report
-    assert "cache 'auto' is Matrix-Game 2.0 universal's own: window (6 frames" in report, report
-    assert "matrix-game (3 steps" in report, report
-    video = entry["outputs"]["save"]["images"][0]
+    report = entry["outputs"][by_type["PreviewAny"]]["text"][0]
+    assert "48x32" in report and "lingbot (4 steps" in report, report
+    assert "cache     : window (18 frames attended, sink 6 and the chunk included)" in report, report
+    assert "keys lingbot at 16 fps: 0 s (frame 0): W(forward)" in report, report
+    video = entry["outputs"][by_type["SaveVideo"]]["images"][0]
     assert (server.out / video["subfolder"] / video["filename"]).stat().st_size > 0
 
-    # Long enough that the interrupt lands mid-rollout on a quiet machine too: 101 latent frames took 5 s in CI
-    # and finished before the server's log said the sampler was running.
-    long_run = world_prompt(server.vae(), length=1601)
-    for node in ("dec", "vid", "save"):
-        del long_run[node]
+
+def test_lingbot_workflow_runs_from_the_editors_own_prompt(lingbot_models):
+    """The shipped LingBot workflow in the server's own editor, with its files where the docs put them: no missing
+    model or node and every value listed (the muted Camera Path's folder too), LingBot World Start set small there
+    (the sampler's size and length follow through its links), and the prompt the editor's Queue would send runs
+    (its text nodes swapped for the harness's prompt); the report states the cache the docs give."""
+    server = lingbot_models
+    need_harness(server)
+    shown = editor_prompt(server, LINGBOT_WORKFLOW, {"FastAR_LingBotWorldStart": SMALL_LINGBOT})
+    assert not shown["overlays"] and not shown["combo_values_not_listed"] and not shown["unset"], shown
+    prompt = with_harness_prompt(shown["prompt"])
+    by_type = {node["class_type"]: key for key, node in prompt.items()}
+    assert "FastAR_CameraPath" not in by_type, "a muted node is not queued"
+    sampler = prompt[by_type["FastAR_LongVideoSampler"]]["inputs"]
+    for field, slot in (("width", 1), ("height", 2), ("length", 3)):
+        assert sampler[field] == [by_type["FastAR_LingBotWorldStart"], slot], (field, sampler[field])
+    check_lingbot_run(server, run_prompt(server, prompt, timeout=900), by_type)
+
+
+def test_lingbot_workflow_runs_steered_by_a_camera_folder_and_stops_on_cancel(lingbot_models):
+    """The LingBot workflow as the editor would queue it (no browser needed): with the Action Script, then with
+    the Camera Path in its place on the sampler's 'actions'; then a long run cancelled while the sampler runs ends
+    as interrupted there, and the server keeps working."""
+    server = lingbot_models
+    need_harness(server)
+    prompt = with_harness_prompt(ui_to_api(json.loads(LINGBOT_WORKFLOW.read_text()), server.object_info()))
+    by_type = {node["class_type"]: key for key, node in prompt.items()}
+    prompt[by_type["FastAR_LingBotWorldStart"]]["inputs"].update(SMALL_LINGBOT)
+    check_lingbot_run(server, run_prompt(server, prompt, timeout=900), by_type)
+
+    folder = {"class_type": "FastAR_CameraPath", "inputs": {"folder": "cameras/03"}}
+    steered = {**prompt, "cam": folder}
+    steered[by_type["FastAR_LongVideoSampler"]] = json.loads(json.dumps(prompt[by_type["FastAR_LongVideoSampler"]]))
+    steered[by_type["FastAR_LongVideoSampler"]]["inputs"]["actions"] = ["cam", 0]
+    entry = run_prompt(server, steered, timeout=900)
+    assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
+    assert "camera path input/cameras/03 (401 poses)" in entry["outputs"][by_type["PreviewAny"]]["text"][0]
+
+    long_run = {k: json.loads(json.dumps(v)) for k, v in prompt.items()
+                if v["class_type"] not in ("VAEDecode", "CreateVideo", "SaveVideo")}
+    long_run[by_type["FastAR_LingBotWorldStart"]]["inputs"]["length"] = 1601
 
     def sampler_is_running():
         return "FAST-AR: sampling 1 video(s) of 401 latent frames" in server.log.read_text()
@@ -754,3 +957,15 @@ def test_matrix_game_from_a_start_image_and_an_action_script_then_interrupted(wo
     interrupted = messages(entry, "execution_interrupted")
     assert interrupted and interrupted[0]["node_type"] == "FastAR_LongVideoSampler", entry["status"]
     assert not messages(entry, "execution_error")
+    after = run_prompt(server, prompt, timeout=900)
+    assert after["status"]["status_str"] == "success", "the server keeps working after an interrupt"
+
+
+def test_lingbot_nodes_run_the_engines_rollout_with_comfyuis_progress_bar(in_process):
+    """On each host: the LingBot nodes' video equals the engine's own rollout of the same inputs in ComfyUI's Wan21
+    latent space, bit for bit, and the sampler's progress rises through ComfyUI's own progress hook."""
+    r = figures(in_process, "lingbot_nodes")
+    assert r["info_family"] == "LingBot-World 2.0" and r["latent_format"] == "Wan21" and r["report_has_camera"], r
+    assert r["shape"] == [1, 16, 8, 4, 6] and r["max_abs_diff"] == 0.0, r
+    values, totals = [c[0] for c in r["calls"]], {c[1] for c in r["calls"]}
+    assert len(values) >= 2 and len(totals) == 1 and values == sorted(values) and values[-1] == r["calls"][-1][1]

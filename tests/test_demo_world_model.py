@@ -215,7 +215,7 @@ def test_a_keys_only_world_file_still_runs_and_a_mismatched_one_is_refused(tmp_p
     with pytest.raises(FastARError, match="patch embedding takes 7 channels, but a world model with inputs 'keys only' "
                                           "reads 3"):
         load_demo_model(_rewritten(tmp_path, "no_inputs.safetensors", inputs=None))
-    with pytest.raises(FastARError, match="world inputs 'optical-flow' are unknown"):
+    with pytest.raises(FastARError, match="entry 'world.inputs' is 'optical-flow'; valid: one of 'moved-reference'"):
         load_demo_model(_rewritten(tmp_path, "unknown.safetensors", inputs="optical-flow"))
 
 

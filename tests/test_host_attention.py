@@ -68,7 +68,7 @@ def test_inside_comfyui_the_host_registers_comfy_for_dense_cuda_calls(fake_comfy
     cuda = torch.device("cuda")
     assert dispatch.backend_chain("attention", "auto", cuda, dtype=torch.bfloat16, head_dim=128) == ("comfy", "torch")
     assert dispatch.backend_chain("attention", "auto", cuda, dtype=torch.bfloat16, head_dim=128,
-                                  has_bias=True) == ("sdpa_fold", "torch")
+                                  has_bias=True) == ("triton", "sdpa_fold", "torch")
     assert verify.tolerance("comfy", torch.bfloat16) == host.COMFY_ATTENTION_TOLERANCE
     assert FastARConfig(backend="comfy").validate().backend == "comfy"  # the node's choice is valid here
     unregister_host_backend("comfy")

@@ -38,15 +38,17 @@ def chain(op="attention", dtype=BF16, head_dim=128, **kind):
 
 def test_auto_on_cuda_for_each_kind_of_call(gpu_install):
     assert chain() == ("torch",)  # dense, no bias: PyTorch SDPA (flash / memory-efficient)
-    assert chain(has_bias=True) == ("sdpa_fold", "torch")  # bias folded in: mask-free SDPA can run flash
-    assert chain(dtype=torch.float16, head_dim=64, has_bias=True) == ("sdpa_fold", "torch")
+    # bias read by our kernel; without it, folded in: mask-free SDPA can run flash
+    assert chain(has_bias=True) == ("triton", "sdpa_fold", "torch")
+    assert chain(dtype=torch.float16, head_dim=64, has_bias=True) == ("triton", "sdpa_fold", "torch")
+    assert chain(has_bias=True, head_dim=96) == ("sdpa_fold", "torch")  # no Triton kernel for 96
     assert chain(dtype=torch.float32, has_bias=True) == ("torch",)  # no fp32 flash kernel to win
     assert chain(has_bias=True, head_dim=256) == ("torch",)  # 256 + 8 is past the flash kernel's head dims
     assert chain(has_bias=True, return_lse=True) == ("triton", "torch")  # LSE in the same pass
     assert chain("sparse_attention", has_bias=True) == ("triton", "torch")
     assert chain("sparse_attention", head_dim=96) == ("torch",)
     assert chain("lsh_codes", head_dim=96) == ("triton", "torch")
-    assert dispatch.choose_backend("attention", "auto", CUDA, dtype=BF16, head_dim=128, has_bias=True) == "sdpa_fold"
+    assert dispatch.choose_backend("attention", "auto", CUDA, dtype=BF16, head_dim=128, has_bias=True) == "triton"
 
 
 def test_auto_on_cuda_without_triton(monkeypatch):
@@ -66,7 +68,7 @@ def test_a_registered_host_attention_takes_the_dense_calls_on_its_devices(gpu_in
     register_host_backend("hostattn", lambda q, k, v, scale: q)
     try:
         assert chain() == ("hostattn", "torch")
-        assert chain(has_bias=True) == ("sdpa_fold", "torch")  # a host backend never sees a bias
+        assert chain(has_bias=True) == ("triton", "sdpa_fold", "torch")  # a host backend never sees a bias
         assert chain(return_lse=True) == ("triton", "torch")
         assert dispatch.backend_chain("attention", "auto", "cpu", dtype=BF16, head_dim=128) == ("torch",)
         assert dispatch.backend_chain("attention", "hostattn", CUDA, dtype=BF16, head_dim=128) == ("hostattn",

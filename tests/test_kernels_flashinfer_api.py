@@ -24,7 +24,7 @@ from comfyui_fastar.kernels import attention_flashinfer, build_sparse_layout
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BACKEND_FILES = ("kernels/attention_flashinfer.py", "kernels/flashinfer_plan.py")
 # What the backend calls on FlashInfer; a new call must be added here, and so get checked below.
-CHECKED_CALLS = {"BatchPrefillWithPagedKVCacheWrapper", "plan", "run"}
+CHECKED_CALLS = {"BatchPrefillWithPagedKVCacheWrapper", "plan", "run", "single_prefill_with_kv_cache"}
 
 
 def flashinfer_calls(path) -> set:
@@ -108,15 +108,19 @@ def flashinfer_api(monkeypatch):
 
 
 def doc_shapes(method) -> dict:
-    """{parameter: shape expression} from ``shape: ``[...]``` in a numpy-style docstring."""
-    shapes, current = {}, None
+    """{parameter: shape expression} from ``shape: ``[...]``` in a numpy-style docstring (the expression on the
+    same line or the next)."""
+    shapes, sections, current = {}, {}, None
     for line in inspect.getdoc(method).splitlines():
         header = re.match(r"^(\w+) : ", line)
         if header:
             current = header.group(1)
-        found = re.search(r"shape:\s*``(\[[^`]+\])``", line)
-        if found and current:
-            shapes.setdefault(current, found.group(1))
+        if current:
+            sections[current] = sections.get(current, "") + " " + line.strip()
+    for name, text in sections.items():
+        found = re.search(r"shape:\s*``(\[[^`]+\])``", text)
+        if found:
+            shapes[name] = found.group(1)
     return shapes
 
 
@@ -163,7 +167,8 @@ def check_against_the_real_api():
     assert isinstance(bound_plan["sm_scale"], float)
 
     run_names = {"qo_indptr": bound_plan["qo_indptr"], "num_qo_heads": bound_plan["num_qo_heads"],
-                 "head_dim": bound_plan["head_dim_qk"], "max_num_pages": k_pages.shape[0],
+                 "head_dim": bound_plan["head_dim_qk"], "head_dim_qk": bound_plan["head_dim_qk"],
+                 "max_num_pages": k_pages.shape[0],
                  "page_size": page_size, "num_kv_heads": bound_plan["num_kv_heads"]}
     assert list(q.shape) == [int(x) for x in evaluate(doc_shapes(REAL.run)["q"], run_names)]
     kv_shape = [int(x) for x in evaluate(doc_layout_shape(REAL.run, "paged_kv_cache", layout), run_names)]
@@ -205,3 +210,42 @@ def test_sparse_calls_bind_to_the_installed_flashinfer(flashinfer_api):
     visible = (torch.arange(40) < 8) | (q_codes[..., :, None] == k_codes[..., None, :])
     assert (out.double() - biased_reference(q, k, v, bias, visible)).abs().max() < 2e-2
 
+
+
+@pytest.mark.parametrize("return_lse", [False, True])
+def test_plain_dense_calls_bind_to_the_installed_single_prefill(monkeypatch, return_lse):
+    """Dense attention without a bias goes to single_prefill_with_kv_cache: its arguments bind to the real
+    signature, q is [qo_len, num_qo_heads, head_dim] and k, v [num_kv_heads, kv_len, head_dim] (HND) as its
+    docstring states, views of ours (the strides are the kernel's to read), and the result is plain attention."""
+    flashinfer = pytest.importorskip("flashinfer")
+    real = flashinfer.single_prefill_with_kv_cache
+    calls = []
+
+    def recorder(*args, **kwargs):
+        bound = inspect.signature(real).bind(*args, **kwargs).arguments
+        calls.append(bound)
+        q, k, v = bound["q"], bound["k"], bound["v"]
+        layout = bound.get("kv_layout", "NHD")
+        names = {"qo_len": q.shape[0], "num_qo_heads": q.shape[1], "head_dim_qk": q.shape[2],
+                 "kv_len": k.shape[1] if layout == "HND" else k.shape[0],
+                 "num_kv_heads": k.shape[0] if layout == "HND" else k.shape[1], "head_dim_vo": v.shape[-1]}
+        assert list(q.shape) == [int(x) for x in evaluate(doc_shapes(real)["q"], names)]
+        assert list(k.shape) == [int(x) for x in evaluate(doc_layout_shape(real, "k", layout), names)]
+        assert list(v.shape) == [int(x) for x in evaluate(doc_layout_shape(real, "v", layout), names)]
+        keys, values = (k, v) if layout == "HND" else (k.transpose(0, 1), v.transpose(0, 1))
+        logits = q.transpose(0, 1).float() @ keys.float().transpose(-1, -2) * bound["sm_scale"]
+        out = (torch.softmax(logits, -1) @ values.float()).transpose(0, 1).to(q.dtype)  # [qo_len, H, D]
+        lse = (torch.logsumexp(logits, -1) / math.log(2)).transpose(0, 1)  # base 2, [qo_len, H]
+        return (out, lse) if bound.get("return_lse", False) else out
+
+    monkeypatch.setattr(flashinfer, "single_prefill_with_kv_cache", recorder)
+    q, k, v, _ = inputs(torch.bfloat16)
+    q, k, v = torch.cat([q, q]), torch.cat([k, k.flip(2)]), torch.cat([v, v])  # two batch items
+    out, lse = attention_flashinfer.attention_flashinfer(q, k, v, None, 64**-0.5, return_lse)
+    assert len(calls) == 2 and all(c["kv_layout"] == "HND" and isinstance(c["sm_scale"], float) for c in calls)
+    assert calls[0]["q"].data_ptr() == q.data_ptr() and calls[1]["k"].data_ptr() == k[1].data_ptr()  # views
+    reference = biased_reference(q, k, v, torch.zeros(2, 2, 40))
+    assert out.shape == q.shape and (out.double() - reference).abs().max() < 2e-2
+    if return_lse:
+        logits = q.double() @ k.double().transpose(-1, -2) / 8.0
+        torch.testing.assert_close(lse.double(), torch.logsumexp(logits, -1), atol=2e-2, rtol=0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import reference_harness as rh
 import torch
@@ -186,3 +187,40 @@ def test_1024_frames_match_the_reference(tmp_path):
     reference = lr.run_reference(root, inputs, shape, noise_draws=draws)
     assert reference.freq_rows == 1024 and reference.latents.shape[2] == frames
     assert report("1,024 frames", ours.latent, reference.latents) <= TOL
+
+
+def test_the_cap_bench_rollout_matches_the_reference(tmp_path):
+    """``fastar bench lingbot-cap``'s own setting (its model, prompt, start latents, key-timeline camera of the
+    3,000-frame path and seeded noise), 1,024 frames in the release's window: the rollout whose frames the bench
+    finds bit for bit at the start of its 3,000-frame rollout equals the release's within the tolerance."""
+    from comfyui_fastar.fastar_core.families.lingbot.checkpoint import save_lingbot
+    from comfyui_fastar.fastar_core.rollout.engine import build_sampler
+    from comfyui_fastar.tools.bench.lingbot_cap import FRAMES, LATENT_HW, RELEASE_CAP, cap_setting, cap_video
+    from comfyui_fastar.tools.bench.rollout import run_mode
+
+    frames = RELEASE_CAP
+    scenario, modes, cond = cap_setting(FRAMES)
+    spec, fastar = modes["window"]
+    config = scenario.model.config
+    shape = lr.TinyShape("cap bench", dim=config.dim, num_heads=config.num_heads, num_layers=config.num_layers,
+                         ffn_dim=config.ffn_dim, latent_hw=LATENT_HW, freq_dim=config.freq_dim,
+                         text_len=config.text_len)
+    sampler = build_sampler(scenario.runner(), fastar)
+    draws = rh.record_pack_noise(sampler)
+    cfg = rollout_config(config, frames, *LATENT_HW, cache=spec)
+    ours = sampler.generate(cond, cfg)
+    bench, _ = run_mode(scenario, spec, fastar, frames=frames, seed=0, cond=cond)
+    assert torch.equal(ours.latent, bench.latent)  # what the bench compares its 3,000-frame rollout's start with
+
+    root = tmp_path / "release"
+    save_lingbot(scenario.model, root / "transformers", max_shard_bytes=1 << 20)
+    prompt = cond.prompts.segments[0].context
+    used = int((prompt[0].abs().sum(-1) > 0).nonzero().max()) + 1  # the UMT5 features before their zero padding
+    poses, intrinsics = cap_video(FRAMES)
+    video = 4 * (frames - 1) + 1
+    initial = torch.cat([d.tensor for d in draws if d.step == 0], dim=2)
+    inputs = lr.Inputs(initial, cond.concat[:, 4:, :frames], prompt[:, :used], poses[:video],
+                       np.tile(intrinsics, (video, 1)))
+    reference = lr.run_reference(root, inputs, shape, noise_draws=[d for d in draws if d.step > 0])
+    assert reference.freq_rows == 1024 and reference.latents.shape[2] == frames
+    assert report("the cap bench's 1,024 frames", ours.latent, reference.latents) <= TOL

@@ -24,10 +24,13 @@ def test_the_default_script_reads_and_its_summary_names_every_entry():
 
 
 def test_widget_values_are_checked_when_the_prompt_is_queued():
+    # A bad script raises (ComfyUI shows a raised message once; a returned one once per input of the check).
     assert NODE.VALIDATE_INPUTS(variant="gta_drive", fps=16.0, script="0 W D\n1 S") is True
-    message = NODE.VALIDATE_INPUTS(variant="templerun", fps=12.0, script=EXAMPLE)
-    assert message.startswith("Action Script: line 3 (at 2 s): unknown key 'L' for templerun; valid: Q (nomove)")
-    assert "unknown key 'I' for gta_drive" in NODE.VALIDATE_INPUTS(variant="gta_drive", fps=12.0, script="0 I")
+    with pytest.raises(FastARError) as err:
+        NODE.VALIDATE_INPUTS(variant="templerun", fps=12.0, script=EXAMPLE)
+    assert str(err.value).startswith("Action Script: line 3 (at 2 s): unknown key 'L' for templerun; valid: Q (nomove)")
+    with pytest.raises(FastARError, match="unknown key 'I' for gta_drive"):
+        NODE.VALIDATE_INPUTS(variant="gta_drive", fps=12.0, script="0 I")
     assert NODE.VALIDATE_INPUTS(variant="universal", fps=12.0, script=None) is True  # linked: checked at run time
     with pytest.raises(FastARError, match="Action Script: line 1 \\(at 0 s\\): unknown key 'Q' for universal"):
         NODE().build("universal", 12.0, "0 Q")
@@ -58,8 +61,9 @@ def test_world_start_encodes_the_image_then_blank_frames_and_carries_the_clip_to
     tokens = torch.randn(1, 257, 1280)
     vae = RecordingVAE()
     image = torch.rand(1, 64, 96, 3)
-    (cond,) = NODES["FastAR_WorldModelStart"]().encode(SimpleNamespace(penultimate_hidden_states=tokens), vae,
-                                                        image, width=96, height=64, length=13)
+    cond, *size = NODES["FastAR_WorldModelStart"]().encode(SimpleNamespace(penultimate_hidden_states=tokens), vae,
+                                                            image, width=96, height=64, length=13)
+    assert size == [96, 64, 13] and cond[0][1]["fastar_video_size"] == (96, 64, 13, "World Model Start")
     assert torch.equal(cond[0][0], tokens)
     start = cond[0][1]["fastar_world_start"]
     assert start.shape == (1, 16, 4, 8, 12)

@@ -189,7 +189,7 @@ def test_latent_space_conversion_and_image_to_video(host, model):
     assert torch.allclose(converted, plain / 2.0 + 0.5), "the output LATENT is process_out of the model's latent"
 
     image = torch.rand(1, 40, 48, 3)
-    positive, empty = NODES["FastAR_ImageToVideo"]().encode(cond(), FakeVAE(), image, SIZE, SIZE, LENGTH)
+    positive, empty, *_ = NODES["FastAR_ImageToVideo"]().encode(cond(), FakeVAE(), image, SIZE, SIZE, LENGTH)
     assert empty["samples"].shape == (1, 16, 4, 4, 4) and not empty["samples"].any()
     start = positive[0][1]["fastar_initial_latent"]
     assert start.shape == (1, 16, 1, 4, 4)
@@ -197,7 +197,8 @@ def test_latent_space_conversion_and_image_to_video(host, model):
     assert torch.allclose(latent[:, :, :1], start, atol=1e-5), "frame 0 is the start image, back in VAE space"
     assert "1 from the start image, 3 generated" in report
     assert not torch.allclose(latent[:, :, 1:], converted[:, :, 1:]), "later frames continue from the image"
-    with pytest.raises(FastARError, match="same width and height"):
+    with pytest.raises(FastARError, match="makes width 48 but 'positive' comes from AR Image to Video, set to width "
+                                          f"{SIZE}"):
         sample(scaled, positive, width=48)
 
 

@@ -88,6 +88,7 @@ def test_a_batch_of_start_images_is_named(model, caplog):
     from test_nodes_e2e import SIZE, FakeVAE
 
     with caplog.at_level(logging.WARNING, logger="FAST-AR"):
-        positive, _ = NODES["FastAR_ImageToVideo"]().encode(cond(), FakeVAE(), torch.rand(2, 40, 48, 3), SIZE, SIZE, 13)
+        positive, *_ = NODES["FastAR_ImageToVideo"]().encode(cond(), FakeVAE(), torch.rand(2, 40, 48, 3), SIZE, SIZE,
+                                                             13)
     assert "start_image holds 2 images; the first is the start of every video" in caplog.text
     assert positive[0][1]["fastar_initial_latent"].shape[0] == 1

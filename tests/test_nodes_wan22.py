@@ -118,7 +118,7 @@ def test_image_to_video_sizes_its_latent_by_the_vae(model):
             b, h, w, _ = image.shape
             return image.mean(-1)[:, None, None, ::16, ::16].expand(b, 48, 1, h // 16, w // 16)
 
-    positive, latent = NODES["FastAR_ImageToVideo"]().encode(cond(), Wan22LikeVAE(), torch.rand(1, 64, 96, 3), 96,
+    positive, latent, *_ = NODES["FastAR_ImageToVideo"]().encode(cond(), Wan22LikeVAE(), torch.rand(1, 64, 96, 3), 96,
                                                              64, LENGTH)
     assert latent["samples"].shape == (1, 48, 12, 4, 6)
     assert positive[0][1]["fastar_initial_latent"].shape == (1, 48, 1, 4, 6)

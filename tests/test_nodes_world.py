@@ -103,9 +103,22 @@ def test_the_sampler_refuses_what_does_not_fit_a_world_model(world_host):
         sample(model, positive, actions("0 W", "templerun"))
     with pytest.raises(FastARError, match="which takes no text: connect World Model Start"):
         sample(model, [[torch.zeros(1, 8, CLIP_DIM), {}]], actions())
+    # Size and length come from World Model Start; another value is refused before the model is even loaded.
+    loaded = []
+    world_host.load_model = lambda patcher: loaded.append(patcher)
+    with pytest.raises(FastARError, match="the Long Video Sampler makes length 29 but 'positive' comes from World "
+                                          "Model Start, set to length 25: the start node sets the video's size"):
+        sample(model, positive, actions(), length=29)
+    with pytest.raises(FastARError, match="makes width 64, length 29 but 'positive' comes from World Model Start, "
+                                          "set to width 48, length 25"):
+        sample(model, positive, actions(), width=64, length=29)
+    assert not loaded
+    del world_host.load_model
+    # A start without its recorded size (made by other code) is still checked against the sampler's.
+    unsized = [[positive[0][0], {k: v for k, v in positive[0][1].items() if k != "fastar_video_size"}]]
     with pytest.raises(FastARError, match="World Model Start encoded 48x32 for 25 frames, but the sampler makes "
                                           "48x32 for 29"):
-        sample(model, positive, actions(), length=29)
+        sample(model, unsized, actions(), length=29)
     with pytest.raises(FastARError, match="CLIP tokens are 1280 wide; this model reads 24"):
         sample(model, start(torch.zeros(1, 257, 1280)), actions())
 

@@ -71,7 +71,10 @@ def visible_run(out):
 
 
 def check_state(out, allowed: dict):
-    """The folder shows one of ``allowed`` (seed -> latent, None for 'no run'), and nothing else but .fastar."""
+    """The folder shows one of ``allowed`` (seed -> latent, None for 'no run'), and nothing else but .fastar;
+    neither name is ever a link to a missing file."""
+    for name in (LATENT_FILE, STATS_FILE):
+        assert not (os.path.islink(out / name) and not (out / name).exists()), f"{name} is a dangling link"
     found = visible_run(out) if out.exists() else None
     if found is None:
         assert None in allowed, "the earlier run is gone"
@@ -107,6 +110,7 @@ def crash_at_every_step(ckpt, out, old_seed, new_seed, refs, prepare):
         assert generate(ckpt, out, 3) == 0
         assert check_state(out, {3: refs[3]}) == 3
         assert_one_run(out, users=[p.name for p in out.glob("keep-me.txt")])
+        assert not list(out.parent.glob(f".{out.name}.*")), "a crashed switch's folder was left beside the run"
     raise AssertionError("the write never completed")
 
 

@@ -155,7 +155,7 @@ def test_the_first_line_comes_when_it_listens_and_a_busy_port_is_named():
         second = subprocess.run([sys.executable, "-m", "comfyui_fastar", "play", "--port", str(port)],
                                 capture_output=True, text=True, timeout=120)
         assert second.returncode != 0
-        assert f"port {port}" in second.stderr and "Address already in use" in second.stderr, second.stderr
+        assert f"--port {port}: 127.0.0.1:{port} is already in use" in second.stderr, second.stderr
         assert "Traceback" not in second.stderr
     finally:
         code, out, err = stop(proc)

@@ -160,8 +160,9 @@ def check_model_entry(node, model):
     assert model["url"] not in SAFETENSORS_INSTEAD, f"{where}: released as {SAFETENSORS_INSTEAD.get(model['url'])}"
     if not model["name"].endswith((".safetensors", ".sft")):
         assert model["url"].startswith(PT_ONLY_RELEASES), f"{where}: not .safetensors nor a .pt-only release"
-    else:
-        assert model["url"].split("?")[0].endswith(model["name"]), f"{where}: the URL is another file"
+    # The editor's Download saves the file under its URL's name: the workflow names the file that download gives,
+    # at the top of the folder (the loader lists subfolders as "a/b", which no download makes).
+    assert model["url"].split("?")[0].rsplit("/", 1)[-1] == model["name"], f"{where}: the URL downloads another name"
 
 
 def check_models(node, inputs):
@@ -233,6 +234,25 @@ def test_workflow_is_valid(path):
     if "FastAR_LongVideoSampler" in types:
         reports = [link for link in wf["links"] if nodes[link[1]]["type"] == "FastAR_LongVideoSampler" and link[2] == 1]
         assert reports and all(nodes[link[3]]["type"] == "PreviewAny" for link in reports), "show the report"
+
+
+@pytest.mark.parametrize("name, start", [("fastar_world_model_universal", "FastAR_WorldModelStart"),
+                                         ("fastar_world_model_templerun", "FastAR_WorldModelStart"),
+                                         ("fastar_image_to_video", "FastAR_ImageToVideo")])
+def test_the_start_node_sets_the_samplers_size_and_length(name, start):
+    """Size and length in one place: the start node's width, height and length outputs are linked to the sampler's
+    (whose own widgets keep the same values, shown greyed out by the editor)."""
+    wf = json.loads((ROOT / "example_workflows" / f"{name}.json").read_text())
+    nodes = {n["id"]: n for n in wf["nodes"]}
+    sampler = next(n for n in wf["nodes"] if n["type"] == "FastAR_LongVideoSampler")
+    source = next(n for n in wf["nodes"] if n["type"] == start)
+    links = {link[0]: link for link in wf["links"]}
+    for field in ("width", "height", "length"):
+        slot = next(s for s in sampler["inputs"] if s["name"] == field)
+        _, origin, origin_slot, *_ = links[slot["link"]]
+        assert nodes[origin] is source and source["outputs"][origin_slot]["name"] == field, field
+        assert widget_value(sampler, node_spec(sampler["type"])[0], field) == \
+            widget_value(source, node_spec(start)[0], field), field
 
 
 def test_workflows_cover_the_advertised_uses_and_are_served_as_templates():
@@ -309,3 +329,66 @@ def test_the_world_model_workflows_agree_with_themselves_and_their_variant(varia
                                                                   else 7, "enable_mouse": variant == "universal"})
                                          .schedule_name).name
     assert value("CLIPVisionEncode", "crop") == "none"
+
+
+def sampler_caches(wf) -> list[str]:
+    """The cache each sampler of a workflow resolves to (the report's ``cache`` line): its widgets, the FAST-AR
+    Attention node on its model's path, and the family's own cache of the file its loader names."""
+    from comfyui_fastar.fastar_core.caches.spec import SINK_FRAMES, WINDOW_FRAMES
+    from comfyui_fastar.fastar_core.families.lingbot.config import RELEASED as LINGBOT
+    from comfyui_fastar.fastar_core.families.lingbot.rollout import default_cache as lingbot_cache
+    from comfyui_fastar.fastar_core.families.longlive2 import LongLive2Family
+    from comfyui_fastar.fastar_core.families.matrix_game.config import RELEASED
+    from comfyui_fastar.fastar_core.families.matrix_game.rollout import default_cache
+    from comfyui_fastar.fastar_core.rollout.engine import resolve_settings
+
+    own = {"model_bf16.pt": LongLive2Family().own_cache(),
+           "base_distill.safetensors": default_cache(RELEASED["universal"]),
+           "gta_keyboard2dim.safetensors": default_cache(RELEASED["gta_drive"]),
+           "templerun_7dim_onlykey.safetensors": default_cache(RELEASED["templerun"]),
+           "diffusion_pytorch_model-00001-of-00004.safetensors": lingbot_cache(LINGBOT["14B"])}
+    nodes = {n["id"]: n for n in wf["nodes"]}
+    links = {link[0]: link for link in wf["links"]}
+
+    def upstream(node, name):
+        slot = next(s for s in node["inputs"] if s["name"] == name)
+        return nodes[links[slot["link"]][1]]
+
+    def value(node, name):
+        return widget_value(node, node_spec(node["type"])[0], name)
+
+    caches = []
+    for sampler in wf["nodes"]:
+        own_sizes = sampler["type"] == "FastAR_LiveWorld"  # the engine's sink and window, the model's own chunk
+        if sampler["type"] in ("FastAR_LongVideoSampler", "FastAR_LiveWorld"):
+            model = upstream(sampler, "model")
+        elif sampler["type"] == "FastAR_SamplerARVideo":
+            custom = next(n for n in wf["nodes"] if n["type"] == "SamplerCustomAdvanced")
+            model = upstream(upstream(custom, "guider"), "model")
+        else:
+            continue
+        preset = "off"
+        while model["type"] not in ("FastAR_LoadARVideoModel", "UNETLoader"):  # through patches (ARVideoI2V's too)
+            if model["type"] == "FastAR_Attention":
+                preset = value(model, "preset")
+            model = upstream(model, "model")
+        name = value(model, "model_name" if model["type"] == "FastAR_LoadARVideoModel" else "unet_name")
+        sizes = ({"sink_frames": SINK_FRAMES, "window_frames": WINDOW_FRAMES, "frames_per_block": 1} if own_sizes
+                 else {k: value(sampler, k) for k in ("sink_frames", "window_frames", "frames_per_block")})
+        assert not own_sizes or name == BUNDLED_DEMO_WORLD, "a live world other than the demo: its own chunk here"
+        settings = resolve_settings(preset=preset, cache_policy=value(sampler, "cache_policy"),
+                                    own_cache=own.get(name), **sizes)
+        caches.append(settings.cache.describe())
+    return caches
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=[p.name for p in WORKFLOWS])
+def test_the_docs_name_the_cache_each_workflow_runs(path):
+    """docs/nodes.md's table of workflows gives, for each, the cache its sampler runs, as the report states it."""
+    docs = (ROOT / "docs" / "nodes.md").read_text().splitlines()
+    rows = [line for line in docs if line.startswith(f"| `{path.name}`")]
+    assert len(rows) == 1, f"{path.name}: one row in the docs' table of workflows"
+    caches = sampler_caches(json.loads(path.read_text()))
+    assert caches, path.name
+    for cache in caches:
+        assert f"`{cache}`" in rows[0], (path.name, cache, rows[0])

@@ -157,7 +157,12 @@ def check_sizes(args) -> None:
                           "(a window longer than the video keeps everything: use --cache global)")
 
 
+FILE_OPTIONS = ("cond", "lora", "calibration", "actions")
+
+
 def _regular_file(flag: str, path: str) -> Path:
+    if not str(path).strip():
+        raise FastARError(f"{flag} is empty; name a file (or leave {flag} out)")
     p = Path(path)
     if not p.exists():
         raise FastARError(f"{flag} {path}: no such file")
@@ -256,6 +261,9 @@ def check_generate(args) -> Inputs:
     if not args.out.strip():
         raise FastARError("--out is empty; name an output folder")
     check_out(Path(args.out))
+    for name in FILE_OPTIONS:  # each named file exists, said with its option (an empty one is no file either)
+        if getattr(args, name, None) is not None:
+            _regular_file(_flag(name), getattr(args, name))
     context = read_conditioning(args.cond) if args.cond else None
     layers = read_calibration(args.calibration) if args.calibration else None
     actions = read_actions(args.actions) if getattr(args, "actions", None) else None

@@ -5,16 +5,18 @@ Subcommands: ``info`` (what a checkpoint is), ``generate`` (a long latent video 
 ``bench`` (figures as JSON and plots), ``calibrate``
 (per-layer AnnSA recall), ``train-demo`` (re-train the bundled model), ``gpu-check`` (on a GPU machine: backend
 correctness and the GPU benches within a deadline).
+
+Exit codes: 0 done; 2 bad input or a refusing machine, with one ``fastar: error:`` line on stderr (usage mistakes
+included); 130 interrupted (Ctrl-C, also while the command is still importing), with one line too.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from .console import forgiving_stdout, report_error
-from .parsing import OneLineParser
+# Only what handles the end of a command is imported before it starts (see ``main``).
+from .console import fill_closed_descriptors, forgiving_stdout, port_error, report_error
 
 
 def _add_generate(sub):
@@ -69,7 +71,9 @@ def _add_weights_entry(p) -> None:
                         "name says no family)")
 
 
-def build_parser() -> OneLineParser:
+def build_parser():
+    from .parsing import OneLineParser
+
     parser = OneLineParser(prog="fastar", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="describe a checkpoint (Wan2.1 family, Matrix-Game 2.0 and its variant, "
@@ -102,9 +106,9 @@ def build_parser() -> OneLineParser:
 
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
-                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling",
-                                   "lingbot-cap", "live-world"],
-                   help="which benchmark (kernels and gpu-rollout need a GPU)")
+                                   "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling", "launches",
+                                   "gpu-modes", "lingbot-cap", "live-world"],
+                   help="which benchmark (kernels, gpu-rollout and gpu-modes need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
     p.add_argument("--model", "--scenario", dest="model", default="demo",
@@ -119,7 +123,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "
-                        "frame-rate and live-world: rounds, least CPU time per chunk (default 5); "
+                        "frame-rate and live-world: rounds, least CPU time per chunk (default 5); lingbot-cap: rounds, "
+                        "least relative cost per chunk (default 5; --frames 3000 for the claim); "
                         "world-ceiling: perfect draws per seed (default 20)")
     p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
     p.add_argument("--thresholds", default=None, help="pareto: comma-separated TempCache merge thresholds")
@@ -154,6 +159,8 @@ def cmd_info(args) -> int:
     ckpt = load_checkpoint(args.checkpoint, check_finite=True, weights_entry=args.weights_entry)
     summary = ckpt.summary()
     if args.json:
+        import json
+
         print(json.dumps(summary, indent=2))
         return 0
     cfg = summary["config"]
@@ -174,7 +181,7 @@ def cmd_info(args) -> int:
 
 
 def _info_matrix_game(args) -> int:
-    """A Matrix-Game 2.0 checkpoint: its variant (from the config.json beside it) and the keys it is steered by."""
+    """A Matrix-Game 2.0 checkpoint: its variant (from its sizes) and the keys it is steered by."""
     from ..fastar_core.families.matrix_game.checkpoint import load_matrix_game_checkpoint
     from ..fastar_core.rollout.action_script import VARIANTS
 
@@ -191,11 +198,13 @@ def _info_matrix_game(args) -> int:
     if spec is not None:
         summary["keys"] = {k.letter: k.name for k in spec.keys}
     if args.json:
+        import json
+
         print(json.dumps(summary, indent=2))
         return 0
     a = cfg.action
     print(f"file        {summary['path']}")
-    print(f"family      Matrix-Game 2.0, variant {cfg.variant} (sizes from {summary['config_file']})")
+    print(f"family      Matrix-Game 2.0, variant {cfg.variant} (sizes from {summary['config_from']})")
     print(f"config      dim {cfg.dim}, {cfg.num_heads} heads x {cfg.head_dim}, {cfg.num_layers} layers, ffn "
           f"{cfg.ffn_dim}, in/out {cfg.in_dim}/{cfg.out_dim} ch, CLIP context {cfg.clip_dim}, patch "
           f"{tuple(cfg.patch_size)}")
@@ -227,6 +236,8 @@ def _info_lingbot(args) -> int:
     summary.update({"frames_per_block": FRAMES_PER_BLOCK, "cache": cache.to_dict(), "schedule": schedule.to_dict(),
                     "keys": {k.letter: k.name for k in VARIANTS["lingbot"].keys}})
     if args.json:
+        import json
+
         print(json.dumps(summary, indent=2))
         return 0
     print(f"file        {summary['path']} ({summary['shards']} safetensors file{'s' if summary['shards'] > 1 else ''})")
@@ -257,25 +268,46 @@ def _dtype_counts(counts: dict) -> str:
 
 def main(argv=None) -> int:
     """Every subcommand, ``train-demo`` included, runs through here: its options are checked before any work,
-    and whatever ends it (bad input, a refusing machine, an interrupt) leaves as one ``fastar: error:`` line."""
+    and whatever ends it (bad input, a refusing machine, an interrupt) leaves as one ``fastar: error:`` line.
+
+    Called with no ``argv`` it is the process's own entry point (``fastar``, ``python -m comfyui_fastar``): the
+    heavy imports (torch, the engine) happen in here, so a Ctrl-C while they load is one line too, and once the
+    command has ended a further Ctrl-C no longer interrupts the interpreter's exit."""
+    program = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
+    fill_closed_descriptors()
     stdout = forgiving_stdout()
     try:
         code = _dispatch(argv)
     except SystemExit:
+        _ended(program)
         raise
     except BaseException as e:  # noqa: B036 - an interrupt is reported too, as one line
+        _ended(program)
         code = report_error(e)
     finally:
+        _ended(program)
         try:
             sys.stdout.flush()
         except (OSError, ValueError):
             pass
         sys.stdout = stdout
-    parallel = sys.modules.get(__package__.rsplit(".", 1)[0] + ".fastar_core.parallel")
+    parallel = sys.modules.get(__package__.rsplit(".", 1)[0] + ".fastar_core.forward.parallel")
     if parallel is not None:  # a torchrun rank ends here, past a teardown race in torch.distributed
         parallel.end_rank_process(code)
     return code
+
+
+def _ended(program: bool) -> None:
+    """The command is over: the process that runs only it ignores Ctrl-C from here on (its result is decided;
+    an interrupt now would only turn the exit into a traceback)."""
+    if program:
+        import signal
+
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except (ValueError, OSError):  # not the main thread
+            pass
 
 
 def _dispatch(argv: list) -> int:
@@ -293,36 +325,46 @@ def _dispatch(argv: list) -> int:
         from .generate import run_generate
 
         return run_generate(args)
-    if args.command == "demo":
-        command_checks.check_demo(args)
-        if args.world == "steer":
-            from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
-            from .demo_world_command import run_world_demo
-
-            return run_world_demo(Path(args.out), args.weights or WEIGHTS_DIR / WORLD_WEIGHTS_FILE,
-                                  frames=args.frames or 240, seed=args.seed, map_seed=args.map_seed)
-        from .demo_command import run_demo
-
-        return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
     if args.command == "play":
         command_checks.check_play(args)
         from .play import run_play
 
-        return run_play(args.weights, port=args.port, map_seed=args.map_seed, seed=args.seed, mode=args.mode,
-                        max_fps=args.max_fps)
+        try:
+            return run_play(args.weights, port=args.port, map_seed=args.map_seed, seed=args.seed, mode=args.mode,
+                            max_fps=args.max_fps)
+        except OSError as e:
+            raise port_error(e, args.port) from None
+    from .outputs import removed_if_failed
+
+    # A command that fails leaves no folder it created behind (nor the parents it made for it).
+    if args.command == "demo":
+        command_checks.check_demo(args)
+        with removed_if_failed(args.out):
+            if args.world == "steer":
+                from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
+                from .demo_world_command import run_world_demo
+
+                return run_world_demo(Path(args.out), args.weights or WEIGHTS_DIR / WORLD_WEIGHTS_FILE,
+                                      frames=args.frames or 240, seed=args.seed, map_seed=args.map_seed)
+            from .demo_command import run_demo
+
+            return run_demo(Path(args.out), frames=args.frames, seed=args.seed)
     if args.command == "gpu-check":
         command_checks.check_gpu_check(args)
         from .gpu_check import run_from_args
 
-        return run_from_args(args)
+        with removed_if_failed(args.out):
+            return run_from_args(args)
     if args.command == "bench":
         command_checks.check_bench(args)
         from .bench import run_bench
 
-        return run_bench(args)
+        with removed_if_failed(args.out):
+            return run_bench(args)
     if args.command == "calibrate":
         command_checks.check_calibrate(args)
         from .calibrate import run_calibrate
 
-        return run_calibrate(args)
+        with removed_if_failed(Path(args.out).parent):
+            return run_calibrate(args)
     return 1

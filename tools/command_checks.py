@@ -64,6 +64,8 @@ def check_file_out(flag: str, out: str) -> Path:
 def check_input_file(flag: str, value) -> Path | None:
     if value is None:
         return None
+    if not str(value).strip():
+        raise FastARError(f"{flag} is empty; name a file (or leave {flag} out)")
     path = Path(value)
     if not path.exists():
         raise FastARError(f"{flag} {value}: no such file")
@@ -94,6 +96,7 @@ def check_demo(args) -> None:
     if getattr(args, "world", "sprites") == "steer":
         check_input_file("--weights", args.weights)
         check_count("--map-seed", args.map_seed, 0, 2**31 - 1)
+        check_world_weights(args.weights)
     elif getattr(args, "weights", None) is not None:
         raise FastARError("--weights is for --world steer; the sprite demo runs the bundled weights")
 
@@ -104,6 +107,22 @@ def check_play(args) -> None:
     check_count("--map-seed", args.map_seed, 0, 2**31 - 1)
     check_number("--max-fps", args.max_fps, 0, 1000)
     check_input_file("--weights", args.weights)
+    check_world_weights(args.weights)
+
+
+def check_world_weights(weights) -> None:
+    """A steered-world weights file (``--weights``, or the bundled one), its metadata checked entry by entry
+    (only the file's header is read): a bad file is refused before any folder is made or port opened."""
+    from ..fastar_core.families.demo.weights_file import read_demo_metadata
+    from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
+
+    path = Path(weights) if weights is not None else WEIGHTS_DIR / WORLD_WEIGHTS_FILE
+    if weights is None and not path.is_file():
+        raise FastARError(f"no bundled world model at {path}; pass --weights <a fastar train-demo --world steer "
+                          ".safetensors>")
+    if "world" not in read_demo_metadata(path):
+        raise FastARError(f"--weights {path}: not a steered-world model (a demo model without a world); train one "
+                          "with `fastar train-demo --world steer`")
 
 
 def check_bench(args) -> None:
@@ -111,7 +130,7 @@ def check_bench(args) -> None:
     check_count("--frames", args.frames, 1, MAX_BENCH_FRAMES)
     check_count("--repeats", args.repeats, 1, 1000)
     check_number("--budget", args.budget, 0, 7 * 24 * 3600, open_low=True)
-    if args.what in ("kernels", "gpu-rollout"):
+    if args.what in ("kernels", "gpu-rollout", "gpu-modes"):
         import torch
 
         if not torch.cuda.is_available():
@@ -153,6 +172,7 @@ def check_bench(args) -> None:
         if args.weights is None and not (WEIGHTS_DIR / WORLD_WEIGHTS_FILE).is_file():
             raise FastARError("--model world: no bundled world model; pass --weights <a fastar train-demo --world "
                               "steer .safetensors>")
+        check_world_weights(args.weights)
     elif args.weights is not None:
         raise FastARError("--weights is for --model world")
     check_folder("--out", args.out)
@@ -181,6 +201,10 @@ def check_train(args) -> None:
     init = check_input_file("--init-from", args.init_from)
     if init is not None and init.suffix.lower() not in (".pt", ".pth", ".safetensors"):
         raise FastARError(f"--init-from {args.init_from}: expected a train_state.pt or a demo .safetensors")
+    if init is not None and init.suffix.lower() == ".safetensors":
+        from ..fastar_core.families.demo.weights_file import read_demo_metadata
+
+        read_demo_metadata(init)  # its header only: a bad file is refused before the models are built
     check_input_file("--notes", args.notes)
     check_number("--new-region-weight", args.new_region_weight, 0, 1000, open_low=True)
     if args.new_region_weight is not None and args.world != "steer":

@@ -5,15 +5,18 @@ cannot print a path (``PYTHONIOENCODING=ascii``). None of that is the run's busi
 prints what the encoding can say (the rest escaped), and once stdout is gone it drops further progress and
 points the descriptor at ``/dev/null``, so that the interpreter's own flush at exit cannot fail either.
 ``error_line`` turns what ends a command (bad input, a refusing machine, an interrupt) into the one line printed.
+A stream the command was started without (``fastar info >&-``) is ``None`` in Python: nothing is printed to it.
+
+Nothing here imports torch or the engine: the command line's error handling is in place before they load, so a
+Ctrl-C while they are still importing is one line too.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import sys
-
-from ..fastar_core.errors import FastARError
 
 
 class ForgivingStream(io.TextIOBase):
@@ -21,7 +24,7 @@ class ForgivingStream(io.TextIOBase):
 
     def __init__(self, stream):
         self.stream = stream
-        self.closed_by_reader = False
+        self.closed_by_reader = stream is None  # started with the descriptor closed: print nothing
 
     @property
     def encoding(self):
@@ -37,6 +40,8 @@ class ForgivingStream(io.TextIOBase):
             return False
 
     def fileno(self) -> int:
+        if self.stream is None:
+            raise io.UnsupportedOperation("stdout was closed when the command started")
         return self.stream.fileno()
 
     def write(self, text: str) -> int:
@@ -73,6 +78,24 @@ class ForgivingStream(io.TextIOBase):
             pass
 
 
+def fill_closed_descriptors() -> None:
+    """A command started with stdin, stdout or stderr closed gets /dev/null there, so that no file it opens
+    later is given descriptor 1 or 2 (where a library's own prints would then be written into it)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+        except OSError:
+            return
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+
+
 def forgiving_stdout():
     """Replace sys.stdout for one command; returns what to put back."""
     before = sys.stdout
@@ -95,11 +118,34 @@ def os_error_line(e: OSError) -> str:
     return why
 
 
+def port_error(e: OSError, port: int, host: str = "127.0.0.1", flag: str = "--port") -> OSError | Exception:
+    """A server's failed bind as one line naming the address and the option that chose it (the operating
+    system's 'Address already in use' names neither); other errors are returned as they are."""
+    from ..fastar_core.errors import FastARError
+
+    if e.errno == errno.EADDRINUSE:
+        return FastARError(f"{flag} {port}: {host}:{port} is already in use (another fastar play, or another "
+                           f"server); pick another {flag}, or {flag} 0 for any free port")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return FastARError(f"{flag} {port}: not allowed to listen on {host}:{port} (ports below 1024 need "
+                           f"privileges); pick a {flag} from 1024 up, or {flag} 0 for any free port")
+    if e.errno == errno.EADDRNOTAVAIL:
+        return FastARError(f"{flag} {port}: cannot listen on {host}:{port} ({e.strerror or e})")
+    return e
+
+
+def _is_engine_error(e: BaseException) -> bool:
+    """A ``FastARError``; looked up only if the engine was imported (before it is, none can have been raised)."""
+    errors = sys.modules.get(__package__.rsplit(".", 1)[0] + ".fastar_core.errors")
+    return errors is not None and isinstance(e, errors.FastARError)
+
+
 def error_line(e: BaseException) -> tuple[str, int]:
-    """(the one line, the exit code) for what ended a command."""
+    """(the one line, the exit code) for what ended a command. Exit codes: 2 bad input or a refusing machine,
+    130 interrupted (Ctrl-C)."""
     if isinstance(e, KeyboardInterrupt):
         return "interrupted; nothing was written by the unfinished step (earlier outputs are kept)", 130
-    if isinstance(e, FastARError):
+    if _is_engine_error(e):
         return _one_line(e), 2
     if isinstance(e, MemoryError):
         return "out of memory; use fewer --frames, a smaller size or a bounded cache", 2
@@ -112,8 +158,9 @@ def error_line(e: BaseException) -> tuple[str, int]:
 
 def report_error(e: BaseException) -> int:
     line, code = error_line(e)
-    try:
-        print(f"fastar: error: {line}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
+    if sys.stderr is not None:  # None: started with stderr closed (2>&-), the exit code says it
+        try:
+            print(f"fastar: error: {line}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
     return code

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..fastar_core.errors import FastARError
+from ..fastar_core.errors import CheckpointError, FastARError
 from ..fastar_core.files.wan_checkpoint import build_model, load_checkpoint
 from ..fastar_core.forward.parallel import (
     check_settings,
@@ -64,7 +64,12 @@ def _run(args, inputs, device, parallel) -> int:
 
         return run_world(args, inputs, device, parallel)
     is_main = parallel is None or parallel.rank == 0
-    ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora, weights_entry=args.weights_entry)
+    try:
+        ckpt = load_checkpoint(args.checkpoint, dtype=args.dtype, lora=args.lora, weights_entry=args.weights_entry)
+    except CheckpointError as e:
+        if args.lora and e.path == str(Path(args.lora)):  # the LoRA's fault: said with its option
+            raise FastARError(f"--lora {e}") from None
+        raise
     cfg = ckpt.config
     checks.fill_model_size(args, cfg)
     checks.check_against_model(args, inputs, cfg)

@@ -7,6 +7,11 @@ writer at, a reader opening the two names finds both files of the earlier run or
 of each and never half a file. What a crash leaves behind (a staged run, the earlier run not yet removed) sits
 in ``.fastar/`` and is removed by the next write into the folder.
 
+A folder that holds no run yet has no ``current`` to switch, and its two names cannot appear together by
+themselves: it is built complete beside itself (``.<name>.<run_id>.fastar-tmp``, the run's files hard-linked)
+and exchanged with it in one step (Linux ``renameat2``), so no crash leaves a name pointing at a missing file.
+Where the filesystem cannot exchange, the names are made first and dangle until the switch.
+
 Two locks: ``run_lock`` (``.fastar/lock``) is held by one ``fastar generate`` for its whole run, so a second run
 into the same folder is refused at its start, saying so, instead of one result silently replacing the other;
 the switch itself happens under ``locked_folder`` (``flock`` on the folder), which a reader that opens both
@@ -16,12 +21,14 @@ taken over without ever showing a mixed pair.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import math
 import os
 import re
 import shutil
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -115,11 +122,42 @@ def _remove_created(created: list) -> None:
 
 
 @contextmanager
-def locked_folder(out: Path):
-    """The folder's switch lock: held while a run's files are switched, and by readers that must not see it."""
-    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+def removed_if_failed(folder):
+    """For a command that writes into ``folder`` (creating it when it writes): if the command fails, the folders
+    it would have created (``folder`` and any missing parent) are removed again while they hold nothing, so a
+    failed run leaves no empty folder behind. A folder that was there before is never touched."""
+    folder = Path(folder)
+    missing = []
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    missing.reverse()
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    except BaseException:
+        _remove_created(missing)
+        raise
+
+
+@contextmanager
+def locked_folder(out: Path):
+    """The folder's switch lock: held while a run's files are switched, and by readers that must not see it.
+    A new folder is exchanged in whole (``_switch_whole_folder``): a lock taken on the folder it replaced is let
+    go and taken again on the one the name now holds."""
+    while True:
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held, now = os.fstat(fd), os.stat(out)
+        except BaseException:
+            os.close(fd)
+            raise
+        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+            break
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    try:
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -193,7 +231,9 @@ def _current_run(state: Path) -> str | None:
 
 
 def _clean(out: Path, state: Path) -> None:
-    """Remove what crashed writes left: staged or superseded runs, temporary links, earlier versions' .tmp."""
+    """Remove what crashed writes left: staged or superseded runs, temporary links, earlier versions' .tmp, a
+    whole-folder switch's folder beside this one."""
+    _remove_shadows(out)
     keep = {LOCK_FILE, CURRENT, _current_run(state)}
     for entry in os.listdir(state):
         if entry not in keep:
@@ -238,6 +278,100 @@ def _is_our_link(path: Path, name: str) -> bool:
     return path.is_symlink() and os.readlink(path) == _link_target(name)
 
 
+# A new folder is switched in whole: built complete beside it, then exchanged with it in one step.
+_SHADOW_SUFFIX = ".fastar-tmp"
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _shadow_of(out: Path, run_id: str) -> Path:
+    return out.parent / f".{out.name}.{run_id}{_SHADOW_SUFFIX}"
+
+
+def _remove_shadows(out: Path) -> None:
+    """What a crash during a whole-folder switch left beside ``out`` (its name, a run id, the suffix)."""
+    own = re.compile(rf"\.{re.escape(out.name)}\.[0-9a-f]{{32}}{re.escape(_SHADOW_SUFFIX)}")
+    try:
+        strays = [p for p in out.parent.iterdir() if own.fullmatch(p.name)]
+    except OSError:
+        return
+    for path in strays:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); OSError where that is not had."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
+def _holds_no_run(out: Path, state: Path, run_id: str) -> bool:
+    """``out`` is a plain folder holding nothing but this run's bookkeeping: no earlier run, no user's file."""
+    if out.is_symlink() or state.is_symlink():
+        return False
+    return set(os.listdir(out)) <= {STATE_DIR} and set(os.listdir(state)) <= {LOCK_FILE, run_id}
+
+
+def _switch_whole_folder(out: Path, state: Path, run_id: str, faults: _Faults) -> bool:
+    """A folder that holds no run yet gets its two names and its run in one step: the complete folder is built
+    beside it (the run's files linked, not copied; the lock file the same file, so a run holding it holds on)
+    and exchanged with it, so no crash ever leaves a name pointing at a missing file. False (nothing changed)
+    where the parent is not writable or the filesystem cannot exchange: the caller switches in place."""
+    shadow = _shadow_of(out, run_id)
+    try:
+        shadow.mkdir()
+    except OSError:
+        return False
+    # The new folder is locked before it takes the name, so a writer or reader that opens the name once it is
+    # switched waits until this one is done.
+    lock = os.open(shadow, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        return _build_and_exchange(out, state, shadow, run_id, faults)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+
+
+def _build_and_exchange(out: Path, state: Path, shadow: Path, run_id: str, faults: _Faults) -> bool:
+    try:
+        (shadow / STATE_DIR).mkdir()
+        (shadow / STATE_DIR / run_id).mkdir()
+        for name in RUN_FILES:
+            os.link(state / run_id / name, shadow / STATE_DIR / run_id / name)
+        if (state / LOCK_FILE).exists():
+            os.link(state / LOCK_FILE, shadow / STATE_DIR / LOCK_FILE)
+        os.symlink(run_id, shadow / STATE_DIR / CURRENT)
+        for name in RUN_FILES:
+            os.symlink(_link_target(name), shadow / name)
+        os.chmod(shadow, stat.S_IMODE(out.stat().st_mode))
+        _fsync_dir(shadow / STATE_DIR / run_id)
+        _fsync_dir(shadow / STATE_DIR)
+        _fsync_dir(shadow)
+        faults.step()
+        _exchange(shadow, out)
+    except OSError:
+        shutil.rmtree(shadow, ignore_errors=True)
+        return False
+    _fsync_dir(out.parent)
+    faults.step()
+    for entry in os.listdir(shadow):  # a file a user dropped into the folder meanwhile goes back into it
+        if entry != STATE_DIR and not os.path.lexists(out / entry):
+            os.replace(shadow / entry, out / entry)
+    shutil.rmtree(shadow, ignore_errors=True)  # the folder it replaced: bookkeeping only
+    faults.step()
+    return True
+
+
 def write_run(out, latent, stats: dict, run_id: str) -> None:
     """Write one run's latent (with ``run_id`` in its metadata) and stats (with ``run_id``) into ``out``, and
     make them the folder's run with one rename. A failure leaves the earlier run as it was."""
@@ -263,8 +397,10 @@ def write_run(out, latent, stats: dict, run_id: str) -> None:
             _fsync_file(staged / STATS_FILE)
             _fsync_dir(staged)
             faults.step()
+            if _holds_no_run(out, state, run_id) and _switch_whole_folder(out, state, run_id, faults):
+                return
             _adopt_plain_files(out, state, faults)
-            for name in RUN_FILES:  # a new folder: the links come first, dangling until `current` exists
+            for name in RUN_FILES:  # links first (dangling until `current` exists): only where exchange is not had
                 if not _is_our_link(out / name, name):
                     _relink(_link_target(name), out / name, run_id)
                     faults.step()
@@ -277,6 +413,7 @@ def write_run(out, latent, stats: dict, run_id: str) -> None:
                 faults.step()
             _fsync_dir(out)
     except BaseException as e:
+        shutil.rmtree(_shadow_of(out, run_id), ignore_errors=True)
         if _current_run(state) != run_id:
             shutil.rmtree(staged, ignore_errors=True)
             _remove_created(created)

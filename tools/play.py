@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import errno
 import logging
 import threading
 import time
@@ -33,6 +32,7 @@ import torch
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.rollout.live_actions import LivePlay, PayloadError, read_key_state, read_request_json
+from .console import port_error
 
 HOST = "127.0.0.1"
 VARIANT = "demo_world"  # the keys: the demo world's table (W A S D, the arrows)
@@ -302,11 +302,8 @@ class PlayServer:
         if self._error is not None:
             error, self._error = self._error, None
             self._thread.join()
-            if isinstance(error, OSError) and error.errno == errno.EADDRINUSE:
-                raise FastARError(f"port {self.requested_port} on {HOST} is in use (Address already in use): stop "
-                                  "what holds it, or choose another --port (0 picks a free one)") from None
-            if isinstance(error, OSError):
-                raise FastARError(f"cannot listen on {HOST}:{self.requested_port}: {error.strerror or error}") from None
+            if isinstance(error, OSError):  # one line naming the port ("Address already in use" names none)
+                raise port_error(error, self.requested_port, HOST) from None
             raise error
         return self
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -36,6 +37,33 @@ class CacheView:
     @property
     def length(self) -> int:
         return self.k.shape[2]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure for a chunk's report that lives on the device (a 0-d tensor, or 1-d: one entry per layer), with
+    the decimals it is reported to; read with the rest of the report in one transfer (``read_figures``)."""
+
+    value: torch.Tensor
+    digits: int | None = None
+
+
+def read_figures(figures: dict) -> dict:
+    """``figures`` with every device value (a ``Figure`` or a tensor) read to the host in ONE transfer: the one
+    host sync a chunk's report costs. Numbers pass through; a 1-d value becomes a list."""
+    pending = [(key, f if isinstance(f, Figure) else Figure(f)) for key, f in figures.items()
+               if isinstance(f, (Figure, torch.Tensor))]
+    out: dict[str, Any] = dict(figures)
+    if not pending:
+        return out
+    flat = torch.cat([f.value.detach().reshape(-1).to(torch.float64) for _, f in pending]).cpu().tolist()
+    at = 0
+    for key, f in pending:
+        n = f.value.numel()
+        values = [round(x, f.digits) if f.digits is not None else x for x in flat[at:at + n]]
+        at += n
+        out[key] = values if f.value.dim() else values[0]
+    return out
 
 
 @dataclass(frozen=True)
@@ -180,12 +208,26 @@ class KVCache(ABC):
     @abstractmethod
     def live_bytes(self) -> int: ...
 
+    def live_bytes_figure(self):
+        """``live_bytes`` for a chunk's report: an int where the host knows it, a device tensor where it would
+        have to read it (read with the rest of the report, ``read_figures``)."""
+        return self.live_bytes()
+
     @abstractmethod
     def allocated_bytes(self) -> int: ...
 
     def chunk_stats(self) -> dict:
-        """Figures reported with every finished chunk (TempCache: groups per layer)."""
+        """Figures reported with every finished chunk (TempCache: groups per layer): numbers, or ``Figure``s on the
+        device, which the report reads in one transfer."""
         return {}
+
+    def report_figures(self) -> dict:
+        """Device figures the cache wants read with a chunk's report, in the same transfer (``take_report`` gets
+        them back as numbers): how a cache learns what only the device knows without a read of its own."""
+        return {}
+
+    def take_report(self, figures: dict) -> None:  # noqa: B027 - only caches that asked for figures need it
+        """``report_figures`` as read with the chunk's report."""
 
     def stats(self) -> dict:
         return {"policy": self.policy, "live_bytes": self.live_bytes(), "allocated_bytes": self.allocated_bytes()}

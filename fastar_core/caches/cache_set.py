@@ -67,6 +67,17 @@ class CacheSet:
     def live_bytes(self) -> int:
         return self.attention.live_bytes() + sum(c.live_bytes() for c in self.extra.values())
 
+    def report_figures(self) -> dict:
+        return self.attention.report_figures()
+
+    def take_report(self, figures: dict) -> None:
+        self.attention.take_report(figures)
+
+    def live_bytes_figure(self):
+        """``live_bytes`` for a chunk's report, a device tensor where the self-attention cache keeps its count
+        there (read with the rest of the report)."""
+        return self.attention.live_bytes_figure() + sum(c.live_bytes() for c in self.extra.values())
+
     def allocated_bytes(self) -> int:
         return self.attention.allocated_bytes() + sum(c.allocated_bytes() for c in self.extra.values())
 

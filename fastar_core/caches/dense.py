@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..model.rope import grid_positions, rotate
+from ..model.rope import RopeTables, chunk_positions, rotate, span_of
 from .base import CacheShape, CacheView, KVCache, check_fits, element_size
 from .quant import KV_QUANTS, dequantize_int8, quantize_int8
 
@@ -73,6 +73,8 @@ class DenseKVCache(KVCache):
                         if kv_quant == "int8" else None)
         self.positions = torch.zeros(num_layers, tokens, 3, dtype=torch.long, device=self.device)
         self.bias = torch.full((num_layers, tokens), float("-inf"), device=self.device)
+        self.zero_bias = torch.zeros(1, 1, tokens, device=self.device)  # the bias of a view of live frames
+        self.rope = RopeTables(head_dim, self.device)
         # Frame index held by each slot (-1 when empty), and how many slots were ever used, per layer.
         self.slot_frame = [[-1] * capacity_frames for _ in range(num_layers)]
         self.high_water = [0] * num_layers
@@ -80,10 +82,17 @@ class DenseKVCache(KVCache):
         self._pending: tuple[int, int] | None = None
         self.pinned: frozenset = frozenset()  # frames never evicted besides the sink (a multi-shot sink)
 
-    def _token_index(self, slots) -> torch.Tensor:
+    def _runs(self, slots) -> list[tuple[int, int]]:
+        """Token ranges (start, stop) of ``slots`` in that order, neighbouring slots joined: what a read or write
+        of those frames touches, as slices (no index tensor made on the host per call)."""
         tpf = self.tokens_per_frame
-        base = torch.tensor(slots, device=self.device, dtype=torch.long)[:, None] * tpf
-        return (base + torch.arange(tpf, device=self.device)).reshape(-1)
+        runs: list[tuple[int, int]] = []
+        for s in slots:
+            if runs and runs[-1][1] == s * tpf:
+                runs[-1] = (runs[-1][0], (s + 1) * tpf)
+            else:
+                runs.append((s * tpf, (s + 1) * tpf))
+        return runs
 
     def _take_slot(self, layer: int, frame: int) -> int:
         slots = self.slot_frame[layer]
@@ -113,15 +122,12 @@ class DenseKVCache(KVCache):
         frames = range(frame_start, frame_start + num_frames)
         room = self.capacity_frames - sum(1 for f in self.slot_frame[layer] if 0 <= f < self.sink_frames
                                           and f not in frames)
-        positions = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], device=self.device)
         kept = list(frames)
         if num_frames > room:
             # More frames than the cache holds (a recache re-encodes a whole window in one pass): the sink frames
             # among them (a recache from frame 0 re-encodes the sink too) and the newest stay.
             sink_here = [f for f in frames if f < self.sink_frames]
             kept = sink_here + kept[num_frames - max(0, room - len(sink_here)):]
-            tok = self._token_index([f - frame_start for f in kept])
-            k, v, positions = k.index_select(2, tok), v.index_select(2, tok), positions[tok]
         slots: list[int] = []
         for f in kept:
             slot = self._take_slot(layer, f)
@@ -130,20 +136,24 @@ class DenseKVCache(KVCache):
                                   f"{self.capacity_frames} frames ({self.sink_frames} of them sink)")
             self.slot_frame[layer][slot] = f  # reserve now so the chunk's next frame takes another slot
             slots.append(slot)
-        idx = self._token_index(slots)
+        positions = chunk_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], self.device)
         if self.rotated_keys:
-            k = rotate(k, positions[None])
+            k = rotate(k, positions[None], self.rope.ensure(span_of(frame_start + num_frames, *self.grid_hw)))
+        k, v = (k, v) if self.kv_quant == "int8" else (k.to(self.dtype), v.to(self.dtype))
         if self.kv_quant == "int8":
-            assert self.k_scale is not None and self.v_scale is not None
-            for store, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
-                q, x_scale = quantize_int8(x)
-                store[layer].index_copy_(2, idx, q)
-                scale[layer].index_copy_(2, idx, x_scale)
-        else:
-            self.k[layer].index_copy_(2, idx, k.to(self.dtype))
-            self.v[layer].index_copy_(2, idx, v.to(self.dtype))
-        self.positions[layer, idx] = positions
-        self.bias[layer, idx] = 0.0
+            (k, k_scale), (v, v_scale) = quantize_int8(k), quantize_int8(v)
+        tpf = self.tokens_per_frame
+        # Source tokens of each kept frame, then slices: runs of frames that are neighbours in both.
+        pairs = [((f - frame_start) * tpf, slot * tpf) for f, slot in zip(kept, slots)]
+        for src, dst, n in _joined_runs(pairs, tpf):
+            self.k[layer][:, :, dst:dst + n].copy_(k[:, :, src:src + n])
+            self.v[layer][:, :, dst:dst + n].copy_(v[:, :, src:src + n])
+            if self.kv_quant == "int8":
+                assert self.k_scale is not None and self.v_scale is not None
+                self.k_scale[layer][:, :, dst:dst + n].copy_(k_scale[:, :, src:src + n])
+                self.v_scale[layer][:, :, dst:dst + n].copy_(v_scale[:, :, src:src + n])
+            self.positions[layer, dst:dst + n].copy_(positions[src:src + n])
+            self.bias[layer, dst:dst + n].fill_(0.0)
         self.high_water[layer] = max(self.high_water[layer], max(slots) + 1)
         self.versions[layer] += 1
 
@@ -157,7 +167,8 @@ class DenseKVCache(KVCache):
             for slot, f in enumerate(self.slot_frame[layer]):
                 if f >= first:
                     self.slot_frame[layer][slot] = -1
-                    self.bias[layer, self._token_index([slot])] = float("-inf")
+                    self.bias[layer, slot * self.tokens_per_frame:(slot + 1) * self.tokens_per_frame].fill_(
+                        float("-inf"))
 
     def reset(self) -> None:
         """Empty every layer, as a fresh cache (Krea's rebuild, CausVid's restart): nothing is read from before."""
@@ -168,10 +179,10 @@ class DenseKVCache(KVCache):
         self.bias.fill_(float("-inf"))
 
     def _read(self, layer: int, tokens) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of ``tokens`` (an index tensor or a slice) in the cache's dtype: the stored tensors themselves
-        (a slice is a view), or int8 ones dequantized into a fresh copy."""
+        """K and V of ``tokens`` (a slice, or token ranges joined in order) in the cache's dtype: the stored tensors
+        themselves (one range is a view), or int8 ones dequantized into a fresh copy."""
         def take(t):
-            return t.index_select(2, tokens) if torch.is_tensor(tokens) else t[:, :, tokens]
+            return t[:, :, tokens] if isinstance(tokens, slice) else _gather_runs(t, tokens, 2)
 
         if self.kv_quant != "int8":
             return take(self.k[layer]), take(self.v[layer])
@@ -183,12 +194,13 @@ class DenseKVCache(KVCache):
         return [s for s, f in enumerate(self.slot_frame[layer]) if f >= 0]
 
     def _select(self, layer: int, frames_and_slots, n_sink_frames: int) -> CacheView:
-        """A view of the given (frame, slot) entries, in that order (sink first)."""
-        idx = self._token_index([s for _, s in frames_and_slots])
-        k, v = self._read(layer, idx)
+        """A view of the given (frame, slot) entries, in that order (sink first): slices of the cache where the
+        slots are neighbours, joined where they are not (no index tensor)."""
+        runs = self._runs([s for _, s in frames_and_slots])
+        k, v = self._read(layer, runs)
+        n = len(frames_and_slots) * self.tokens_per_frame
         return CacheView(
-            k=k, v=v,
-            bias=torch.zeros(1, 1, idx.numel(), device=self.device), positions=self.positions[layer, idx][None],
+            k=k, v=v, bias=self.zero_bias[:, :, :n], positions=_gather_runs(self.positions[layer], runs, 0)[None],
             n_sink=n_sink_frames * self.tokens_per_frame, uniform=True, version=self.versions[layer],
             rotated=self.rotated_keys,
         )
@@ -250,6 +262,24 @@ class DenseKVCache(KVCache):
             "capacity_frames": self.capacity_frames,
             "evicted_frames": self.evicted_frames,
         }
+
+
+def _joined_runs(pairs, tpf: int):
+    """(source, destination, tokens) copies for frames given as (source token, destination token) pairs: neighbours
+    in both join into one copy."""
+    runs: list[list[int]] = []
+    for src, dst in pairs:
+        if runs and runs[-1][0] + runs[-1][2] == src and runs[-1][1] + runs[-1][2] == dst:
+            runs[-1][2] += tpf
+        else:
+            runs.append([src, dst, tpf])
+    return [tuple(r) for r in runs]
+
+
+def _gather_runs(t: torch.Tensor, runs, dim: int) -> torch.Tensor:
+    """The token ranges ``runs`` of ``t`` along ``dim``, in order: a view for one range, one join for several."""
+    pieces = [t.narrow(dim, a, b - a) for a, b in runs]
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=dim)
 
 
 class WindowCache(DenseKVCache):
@@ -387,15 +417,18 @@ class RollingCache(DenseKVCache):
         working = working[max(0, len(working) - budget):] if budget else []
         view = self._select(layer, sink + working, len(sink))
         if sink:
-            # Rolling Forcing keeps the sink un-RoPE'd and places it right before the working frames.
+            # Rolling Forcing keeps the sink un-RoPE'd and places it right before the working frames. The view may
+            # be slices of the cache itself: the moved sink goes into copies.
             first_after_sink = working[0][0] if working else query_start
             shift = first_after_sink - len(sink) - sink[0][0]
             n = len(sink) * self.tokens_per_frame
-            view.positions[0, :n, 0] += shift
-            if self.rotated_keys and shift:  # the view's own copy of the sink keys, rotated on by the shift
-                by = torch.zeros(1, n, 3, dtype=torch.long, device=self.device)
-                by[..., 0] = shift
-                view.k[:, :, :n] = rotate(view.k[:, :, :n], by)
+            if shift:
+                view.positions = view.positions.clone()
+                view.positions[0, :n, 0] += shift
+            if self.rotated_keys and shift:  # the sink keys rotated on by the shift, in a copy
+                by = chunk_positions(shift, 1, 1, 1, self.device).expand(1, n, 3)
+                moved = rotate(view.k[:, :, :n], by, self.rope.ensure(span_of(shift, *self.grid_hw)))
+                view.k = torch.cat([moved, view.k[:, :, n:]], dim=2)
         return view
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+import torch
+
 from ..errors import FastARError
 from .base import CacheShape, KVCache
 from .dense import GlobalCache, RecomputeCache, RollingCache, WindowCache
@@ -27,7 +29,7 @@ CACHE_POLICIES = tuple(POLICIES)
 
 REPRESENTATIVES = ("last", "mean")
 MERGE_SCOPES = ("head", "shared")
-MATCHERS = ("exact", "quantized")
+MATCHERS = ("auto", "exact", "quantized")
 SIMILARITIES = ("content", "rotated")
 POSITIONS = ("newest", "weighted")
 MERGE_WHEN = ("always", "full")
@@ -42,9 +44,11 @@ class TempCacheSettings:
     representative: str = "last"  # key kept for a group: the newest ("last", the paper's) or the mean
     merge_scope: str = "head"  # merge decisions per head, or shared across heads
     # Top-1 search (caches/matching.py): "exact" fp32 matmul (the reference), or "quantized": a bfloat16 search
-    # over representatives kept in that form, its best matcher_candidates rescored exactly.
-    matcher: str = "exact"
-    matcher_candidates: int = 4
+    # over representatives kept in that form, its best matcher_candidates rescored exactly (and the keys then kept
+    # rotated for attention, so no chunk re-rotates the cache). "auto": quantized where a bfloat16 matmul runs on
+    # tensor cores (CUDA), exact elsewhere (a CPU gains nothing from it at small head dims; see README).
+    matcher: str = "auto"
+    matcher_candidates: int = 8
     # Time (see caches/tempcache.py): compare keys before RoPE ("content") or after it, each at its own position
     # ("rotated"); close a group to keys further than this many frames from its oldest member (0: never); place
     # a group at its newest member's time or at the count-weighted mean of its members' times.
@@ -71,6 +75,12 @@ class TempCacheSettings:
         if self.max_spread_frames < 0:
             bad("max_spread_frames", self.max_spread_frames, "0 (no limit) or a number of frames")
         return self
+
+    def resolved_matcher(self, device) -> str:
+        """The search this setting runs on ``device``: "auto" decided by the device type."""
+        if self.matcher != "auto":
+            return self.matcher
+        return "quantized" if torch.device(device).type == "cuda" else "exact"
 
     def with_overrides(self, **changes) -> TempCacheSettings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None}).validate()

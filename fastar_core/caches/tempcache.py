@@ -20,6 +20,15 @@ whole chunk and merges only once it has not, so a rollout shorter than the capac
 A hard capacity (tokens, sink included) is allocated once per rollout; when full, the least recently updated
 groups are evicted. Sink frames are never merged nor evicted, and a chunk's tokens are never merged into each
 other (only into groups that existed before the chunk).
+
+Written for a GPU: a commit and a view read nothing back to the host and make no shape from data. Every decision
+(merge or insert, which slot, which group to evict) is a masked write into the preallocated slots; the counts of
+merges, inserts and evictions are tensors, read only when reported. How far into the slots the view and the search
+go is known on the host without looking: at most to ``reach`` (the sink's slots and one slot per key inserted so
+far, since an insert takes the lowest free slot), and, once a chunk's report has read it with its other figures
+(``report_figures``: no read of its own), to the highest slot used so far, which it stays at until the next
+commit. Slots in that range without a group are empty (count 0, bias -inf); while merging keeps the cache below
+its capacity, the report's mark spares attention the empty slots the bound would cover.
 """
 
 from __future__ import annotations
@@ -27,8 +36,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..model.rope import grid_positions, rotate
-from .base import CacheShape, CacheView, KVCache, check_fits, element_size
+from ..model.rope import RopeTables, chunk_positions, rotate, span_of
+from .base import CacheShape, CacheView, Figure, KVCache, check_fits, element_size, read_figures
 from .matching import SEARCH_DTYPE, SEARCH_MARGIN, exact_top1, quantized_top1, search_form
 from .quant import KV_QUANTS, dequantize_int8, quantize_int8
 
@@ -80,20 +89,61 @@ class TempCache(KVCache):
                       if settings.max_spread_frames else None)
         self.t_sum = ([torch.zeros(B, H, C, dtype=torch.float64, device=self.device) for _ in range(num_layers)]
                       if settings.position == "weighted" else None)
-        self.high_water = [0] * num_layers
-        self.merges = [0] * num_layers
-        self.evictions = [0] * num_layers
-        self.inserted = [0] * num_layers
+        # Slots [0, reach) may hold groups: the sink's, then one per key ever inserted (host-known, never read).
+        self.reach = [0] * num_layers
+        # One past the highest slot ever used, on the device (updated by every write), and the value the last
+        # report read with the layer's version then: the view's length while the layer has not changed since.
+        self.high_water_t = torch.zeros(num_layers, dtype=torch.long, device=self.device)
+        self.read_high_water: list = [None] * num_layers
+        self.inserted_keys = [0] * num_layers  # non-sink keys committed (each was merged or took a slot)
+        # Merges, inserts and evictions per layer (per batch entry and head), counted on the device.
+        self.tallies = torch.zeros(3, num_layers, dtype=torch.long, device=self.device)
         # Tokens that left with evicted groups, per (batch, head): live counts + these = tokens committed.
         self.evicted_tokens = [torch.zeros(B, H, device=self.device) for _ in range(num_layers)]
+        self.rope = RopeTables(D, self.device)
         self._pending = None
         # The quantized search's copy of every representative, written when the group is made or changes
         # (zero for the sink and empty slots, which then never reach a positive threshold).
         self.search = ([torch.zeros(B, H, C, D, dtype=SEARCH_DTYPE, device=self.device) for _ in range(num_layers)]
-                       if self._searches(settings) else None)
+                       if self._searches(settings, self.device) else None)
         # Rotated storage needs a group's attention position to be its newest member's, whose key it keeps.
         self.keys_rotated = bool(rotated_keys and self.search is not None and kv_quant == "none"
                                  and settings.representative == "last" and settings.position == "newest")
+        self._bias: list = [None] * num_layers  # (version, log-count bias) of each layer's last view
+
+    # -- what the device counted (read only when reported) ----------------------------------------------------
+    @property
+    def merges(self) -> list[int]:
+        return self.tallies[0].tolist()
+
+    @property
+    def inserted(self) -> list[int]:
+        return self.tallies[1].tolist()
+
+    @property
+    def evictions(self) -> list[int]:
+        return self.tallies[2].tolist()
+
+    @property
+    def high_water(self) -> list[int]:
+        """Per layer, one past the highest slot ever used (read from the device: for tests and reports)."""
+        return self.high_water_t.tolist()
+
+    def report_figures(self) -> dict:
+        """Read with a chunk's report: the high-water mark of every layer (``take_report`` keeps it)."""
+        return {"high_water": self.high_water_t}
+
+    def take_report(self, figures: dict) -> None:
+        for layer, mark in enumerate(figures["high_water"]):
+            self.read_high_water[layer] = (self.versions[layer], int(mark))
+
+    def _length(self, layer: int) -> int:
+        """Slots the view and the search cover: the high-water mark the last report read, while the layer is as it
+        was then; else the host's bound."""
+        read = self.read_high_water[layer]
+        if read is not None and read[0] == self.versions[layer]:
+            return read[1]
+        return self.reach[layer]
 
     @classmethod
     def from_spec(cls, spec, shape: CacheShape, total_frames: int) -> TempCache:
@@ -118,11 +168,11 @@ class TempCache(KVCache):
         return max(0, cls.attended_frames(spec, committed, frames_per_block) - spec.sink_frames)
 
     @staticmethod
-    def _slot_bytes(settings, head_dim: int, dtype, kv_quant: str = "none") -> int:
+    def _slot_bytes(settings, head_dim: int, dtype, kv_quant: str = "none", device="cpu") -> int:
         """Bytes per group slot: k, v (int8: with a float32 scale each), count, position, last update, and the
         optional oldest/sum of times."""
         extra = 8 * (bool(settings.max_spread_frames) + (settings.position == "weighted"))
-        search = head_dim * element_size(SEARCH_DTYPE) if TempCache._searches(settings) else 0
+        search = head_dim * element_size(SEARCH_DTYPE) if TempCache._searches(settings, device) else 0
         kv = 2 * (head_dim + 4) if kv_quant == "int8" else 2 * head_dim * element_size(dtype)
         return kv + 4 + 3 * 8 + 8 + extra + search
 
@@ -130,7 +180,7 @@ class TempCache(KVCache):
     def planned_bytes(cls, spec, shape: CacheShape, total_frames: int) -> int:
         slots = spec.tempcache.capacity_frames * shape.grid_hw[0] * shape.grid_hw[1] + 1  # + the trash slot
         return shape.num_layers * shape.batch * shape.num_heads * slots * cls._slot_bytes(
-            spec.tempcache, shape.head_dim, shape.dtype, getattr(spec, "kv_quant", "none"))
+            spec.tempcache, shape.head_dim, shape.dtype, getattr(spec, "kv_quant", "none"), shape.device)
 
     @classmethod
     def check_spec(cls, spec, frames_per_block: int) -> None:
@@ -140,14 +190,14 @@ class TempCache(KVCache):
                               f"be >= sink_frames + one chunk = {spec.sink_frames + frames_per_block} frames")
 
     @staticmethod
-    def _searches(settings) -> bool:
+    def _searches(settings, device="cpu") -> bool:
         """Whether the quantized search runs: it compares content keys per head. Rotated keys change with the
         query's position and a shared scope compares concatenated heads, so those keep the exact search."""
-        return (settings.matcher == "quantized" and settings.similarity == "content"
+        return (settings.resolved_matcher(device) == "quantized" and settings.similarity == "content"
                 and settings.merge_scope == "head" and settings.threshold - COSINE_SLACK > SEARCH_MARGIN)
 
     # -- matching -------------------------------------------------------------------------------------------
-    def _top1(self, layer, new_k, reps, valid, lo):
+    def _top1(self, layer, new_k, reps, valid, lo, tables):
         """Top-1 of ``new_k`` among ``reps``, the slots from ``lo`` on (``valid``: which may take members); the
         index counts from ``lo``."""
         if self.search is not None:
@@ -157,7 +207,8 @@ class TempCache(KVCache):
                 search = search * valid[..., None].to(search.dtype)
             return quantized_top1(new_k, search, reps, self.settings.threshold - COSINE_SLACK,
                                   candidates=self.settings.matcher_candidates, b_valid=valid,
-                                  b_positions=self.pos[layer][:, :, lo:hi] if self.keys_rotated else None)
+                                  b_positions=self.pos[layer][:, :, lo:hi] if self.keys_rotated else None,
+                                  tables=tables)
         if self.settings.merge_scope == "shared":
             # Mean cosine over heads = cosine of the concatenation of per-head unit vectors.
             def flat(x):
@@ -171,8 +222,7 @@ class TempCache(KVCache):
         if self.settings.threshold > COSINE_SLACK:
             # A merge needs a cosine of at least the threshold, above 0, which an excluded entry zeroed out
             # (cosine 0) can never reach: the same merges as masking it to -inf, without a mask over the scores.
-            live = reps if bool(valid.all()) else reps * valid[..., None].to(reps.dtype)
-            return exact_top1(new_k, live, None, min_score=self.settings.threshold - COSINE_SLACK)
+            return exact_top1(new_k, reps * valid[..., None].to(reps.dtype))
         return exact_top1(new_k, reps, valid)
 
     # -- writing --------------------------------------------------------------------------------------------
@@ -209,35 +259,38 @@ class TempCache(KVCache):
     def _commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         self.versions[layer] += 1
         frame_start, num_frames = self._pending
-        positions = grid_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], device=self.device)
+        tpf = self.tokens_per_frame
+        positions = chunk_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], self.device)
+        tables = self.rope.ensure(span_of(frame_start + num_frames, *self.grid_hw))
         k, v = k.to(self.dtype), v.to(self.dtype)
-        sink = positions[:, 0] < self.sink_frames
-        if sink.any():
-            slots = positions[sink, 0] * self.tokens_per_frame + torch.arange(
-                int(sink.sum()), device=self.device) % self.tokens_per_frame
-            self._write(layer, slots, k[:, :, sink], v[:, :, sink], positions[sink], frame_start + num_frames - 1)
-            self.high_water[layer] = max(self.high_water[layer], int(slots.max()) + 1)
-        if (~sink).any():
-            self._merge_or_insert(layer, k[:, :, ~sink], v[:, :, ~sink], positions[~sink],
-                                  frame_start + num_frames - 1)
+        frame = frame_start + num_frames - 1
+        # The chunk's first frames that fall in the sink (known on the host): written to their own slots.
+        n_sink = max(0, min(num_frames, self.sink_frames - frame_start)) * tpf
+        if n_sink:
+            slots = slice(frame_start * tpf, frame_start * tpf + n_sink)
+            self._write(layer, slots, k[:, :, :n_sink], v[:, :, :n_sink], positions[:n_sink], frame, tables)
+            self.reach[layer] = max(self.reach[layer], slots.stop)
+            self.high_water_t[layer].clamp_(min=slots.stop)
+        if n_sink < k.shape[2]:
+            self._merge_or_insert(layer, k[:, :, n_sink:], v[:, :, n_sink:], positions[n_sink:], frame, tables)
 
-    def _write(self, layer, slots, k, v, positions, frame):
+    def _write(self, layer, slots: slice, k, v, positions, frame, tables):
         """Plain writes of sink tokens (same slots for every batch and head)."""
-        self.k[layer][:, :, slots] = rotate(k, positions[None]) if self.keys_rotated else k
-        self.v[layer][:, :, slots] = v
-        self.count[layer][:, :, slots] = 1.0
-        self.pos[layer][:, :, slots] = positions
-        self.updated[layer][:, :, slots] = frame
+        self.k[layer][:, :, slots].copy_(rotate(k, positions[None], tables) if self.keys_rotated else k)
+        self.v[layer][:, :, slots].copy_(v)
+        self.count[layer][:, :, slots].fill_(1.0)
+        self.pos[layer][:, :, slots].copy_(positions.expand(*self.pos[layer].shape[:2], -1, -1))
+        self.updated[layer][:, :, slots].fill_(frame)
         if self.first is not None:
-            self.first[layer][:, :, slots] = positions[:, 0]
+            self.first[layer][:, :, slots].copy_(positions[:, 0].expand(*self.first[layer].shape[:2], -1))
         if self.t_sum is not None:
-            self.t_sum[layer][:, :, slots] = positions[:, 0].double()
+            self.t_sum[layer][:, :, slots].copy_(positions[:, 0].double().expand(*self.t_sum[layer].shape[:2], -1))
 
-    def _merge_or_insert(self, layer, k_new, v_new, positions, frame):
+    def _merge_or_insert(self, layer, k_new, v_new, positions, frame, tables):
         B, H, N, D = k_new.shape
         C = self.capacity
         K, V, count, pos, upd = self.k[layer], self.v[layer], self.count[layer], self.pos[layer], self.updated[layer]
-        hw = self.high_water[layer]
+        hw = self._length(layer)
         # The sink never takes members: only slots from ``lo`` on are searched (a seventh of the entries for
         # the benches' 3-frame sink in 21 frames).
         lo = min(self.sink_tokens, hw)
@@ -249,43 +302,41 @@ class TempCache(KVCache):
             candidates &= frame - self.first[layer][:, :, lo:hw] <= self.settings.max_spread_frames
         k_cmp, reps = k_new, K[:, :, lo:hw]
         if self.settings.similarity == "rotated" and hw > lo:
-            k_cmp = rotate(k_new, positions[None])
-            reps = rotate(reps, self._attention_positions(layer, hw)[:, :, lo:])
+            k_cmp = rotate(k_new, positions[None], tables)
+            reps = rotate(reps, self._attention_positions(layer, hw)[:, :, lo:], tables)
 
-        idx, sim = self._top1(layer, k_cmp, reps, candidates, lo)
+        idx, sim = self._top1(layer, k_cmp, reps, candidates, lo, tables)
         idx = idx + lo
         accept = sim >= self.settings.threshold - COSINE_SLACK
         trash = torch.full_like(idx, C)
         # What the cache stores of each new key: as it is, or rotated at its position (``keys_rotated``).
-        k_store = rotate(k_new, positions[None]) if self.keys_rotated else k_new
-
-        if bool(accept.any()):  # most chunks of content that changes merge nothing: skip the group updates
+        k_store = rotate(k_new, positions[None], tables) if self.keys_rotated else k_new
+        if hw > lo:  # nothing to merge into before the first non-sink commit
             self._merge(layer, k_new, v_new, positions, frame, torch.where(accept, idx, trash), accept, k_store)
 
         # Inserts: empty slots first, then the least recently updated groups; never the sink.
         insert = ~accept
         live = count[:, :, :C] > 0
-        # Stable sort: equal priorities keep slot order, so the high-water mark stays low.
-        priority = torch.where(live, upd[:, :, :C], torch.full_like(upd[:, :, :C], -1))
-        priority[:, :, : self.sink_tokens] = torch.iinfo(torch.long).max
+        # Stable sort: equal priorities keep slot order, so inserts take the lowest free slots.
+        priority = torch.where(live, upd[:, :, :C], -1)
+        priority[:, :, : self.sink_tokens].fill_(torch.iinfo(torch.long).max)
         free_order = torch.sort(priority, dim=-1, stable=True).indices
         rank = insert.long().cumsum(dim=-1) - 1
         dest = torch.where(insert, free_order.gather(2, rank.clamp_min(0)), trash)
-        n_insert = insert.sum(dim=-1)
-        if int(n_insert.max()) > C - self.sink_tokens:
+        if N > C - self.sink_tokens and int(insert.sum(dim=-1).max()) > C - self.sink_tokens:
+            # Only a pass of more keys than the slots beside the sink (a recache) can get here: the host reads.
             raise FastARError(f"TempCache capacity ({self.settings.capacity_frames} frames) cannot take a chunk of "
                               f"{N // self.tokens_per_frame} frames beside the sink")
         old_count = count.gather(2, dest)
         evicted = (old_count > 0) & insert
-        self.evictions[layer] += int(evicted.sum()) // B // H
+        self.tallies[:, layer] += torch.stack([accept.sum(), insert.sum(), evicted.sum()]) // (B * H)
         self.evicted_tokens[layer] += (old_count * evicted).sum(-1)
-        self.inserted[layer] += int(insert.sum()) // B // H
         dest4 = dest[..., None]
         K.scatter_(2, dest4.expand(-1, -1, -1, D), k_store)
         V.scatter_(2, dest4.expand(-1, -1, -1, D), v_new)
-        count.scatter_(2, dest, torch.ones_like(dest, dtype=count.dtype))
+        count.scatter_(2, dest, 1.0)
         pos.scatter_(2, dest4.expand(-1, -1, -1, 3), positions.expand(B, H, N, 3))
-        upd.scatter_(2, dest, torch.full_like(dest, frame))
+        upd.scatter_(2, dest, frame)
         if self.search is not None:
             self.search[layer].scatter_(2, dest4.expand(-1, -1, -1, D), search_form(k_new))
         if self.first is not None:
@@ -293,45 +344,55 @@ class TempCache(KVCache):
         if self.t_sum is not None:
             self.t_sum[layer].scatter_(2, dest, positions[:, 0].double().expand(B, H, N))
         # The trash slot absorbed masked writes; keep it empty.
-        count[:, :, C] = 0.0
-        used = dest.masked_fill(~insert, -1).max()
-        self.high_water[layer] = max(hw, int(used) + 1)
+        count[:, :, C].fill_(0.0)
+        self.high_water_t[layer] = torch.maximum(self.high_water_t[layer], dest.masked_fill(~insert, -1).max() + 1)
+        self.inserted_keys[layer] += N
+        self.reach[layer] = max(self.reach[layer], min(C, self.sink_tokens + self.inserted_keys[layer]))
 
     def _merge(self, layer, k_new, v_new, positions, frame, target, accept, k_store):
         """Accepted keys join their groups (``target``; the trash slot for the others): counts, running-mean
-        values, newest key and position per group. ``k_store``: the new keys as the cache stores them."""
+        values, newest key and position per group. ``k_store``: the new keys as the cache stores them.
+
+        Only the rows the chunk's keys point at are read and written: each group the chunk joins is summed in a
+        row of its own among the chunk's (its first joining key's), gathered back per key and scattered into the
+        cache (keys that share a group write the same values)."""
         B, H, N, D = k_new.shape
         C = self.capacity
         K, V, count, pos, upd = self.k[layer], self.v[layer], self.count[layer], self.pos[layer], self.updated[layer]
-        added = torch.zeros(B, H, C + 1, device=self.device).scatter_add_(2, target, accept.float())
-        v_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
-            2, target[..., None].expand(-1, -1, -1, D), v_new.float())
-        merged = added > 0
-        new_count = count + added
-        denom = new_count.clamp_min(1.0)[..., None]
-        V.copy_(torch.where(merged[..., None], (count[..., None] * V.float() + v_sum) / denom, V.float()).to(V.dtype))
         order = torch.arange(N, device=self.device).expand(B, H, N)
-        newest = torch.full((B, H, C + 1), -1, dtype=torch.long, device=self.device)
-        newest.scatter_reduce_(2, target, torch.where(accept, order, -1), reduce="amax")
-        src = newest.clamp_min(0)
+        first = torch.full((B, H, C + 1), N, dtype=torch.long, device=self.device)
+        group = first.scatter_reduce_(2, target, order, reduce="amin").gather(2, target)  # per key, its group's row
+        group4 = group[..., None].expand(-1, -1, -1, D)
+        target4 = target[..., None].expand(-1, -1, -1, D)
+
+        def per_group(x):  # sums over each group's joining keys, per key
+            return torch.zeros_like(x).scatter_add_(2, group4 if x.dim() == 4 else group, x).gather(
+                2, group4 if x.dim() == 4 else group)
+
+        old_n = count.gather(2, target)[..., None]
+        new_n = old_n + per_group(accept.float())[..., None]
+        denom = new_n.clamp_min(1.0)
+        v_mean = (old_n * V.gather(2, target4).float() + per_group(v_new.float())) / denom
+        # The newest accepted key of each group (its representative key and position with "last").
+        newest = torch.full((B, H, N), -1, dtype=torch.long, device=self.device)
+        src = newest.scatter_reduce_(2, group, torch.where(accept, order, -1), reduce="amax").gather(2, group)
+        src4 = src.clamp_min(0)[..., None].expand(-1, -1, -1, D)
         if self.settings.representative == "mean":
-            k_sum = torch.zeros(B, H, C + 1, D, device=self.device).scatter_add_(
-                2, target[..., None].expand(-1, -1, -1, D), k_new.float())
-            rep = (count[..., None] * K.float() + k_sum) / denom
+            rep = (old_n * K.gather(2, target4).float() + per_group(k_new.float())) / denom
         else:
-            rep = k_new.float().gather(2, src[..., None].expand(-1, -1, -1, D))
-        stored = rep if k_store is k_new else k_store.float().gather(2, src[..., None].expand(-1, -1, -1, D))
-        K.copy_(torch.where(merged[..., None], stored, K.float()).to(K.dtype))
+            rep = k_new.float().gather(2, src4)
+        stored = rep if k_store is k_new else k_store.float().gather(2, src4)
+        V.scatter_(2, target4, v_mean.to(V.dtype))
+        K.scatter_(2, target4, stored.to(K.dtype))
         if self.search is not None:
-            S = self.search[layer]
-            S.copy_(torch.where(merged[..., None], search_form(rep), S))
-        pos.copy_(torch.where(merged[..., None], positions[src], pos))
-        upd.masked_fill_(merged, frame)
+            self.search[layer].scatter_(2, target4, search_form(rep))
+        pos.scatter_(2, target[..., None].expand(-1, -1, -1, 3), positions[src.clamp_min(0)])
+        upd.scatter_(2, target, frame)
         if self.t_sum is not None:
             times = torch.where(accept, positions[:, 0].double(), 0.0).expand(B, H, N)
             self.t_sum[layer].scatter_add_(2, target, times)
-        count.copy_(new_count)
-        self.merges[layer] += int(accept.sum()) // B // H
+        count.scatter_(2, target, new_n[..., 0])
+        count[:, :, C].fill_(0.0)
 
     def finish_commit(self) -> None:
         self._pending = None
@@ -360,43 +421,51 @@ class TempCache(KVCache):
         return pos
 
     def view(self, layer: int, query_start: int, query_frames: int) -> CacheView | None:
-        hw = self.high_water[layer]
+        hw = self._length(layer)
         if hw == 0:
             return None
-        count = self.count[layer][:, :, :hw]
-        # log(count) is 0 for every group of one: while nothing has merged and no slot below the high-water mark
-        # is empty, the view is uniform and attention runs without a bias (the backends' cheapest call).
-        uniform = bool((count == 1).all())
-        bias = (torch.zeros(1, 1, hw, device=self.device).expand(*count.shape) if uniform else
-                torch.where(count > 0, count.clamp_min(1e-30).log(), torch.full_like(count, float("-inf"))))
+        # log(count): 0 for a group of one, -inf for an empty slot (log 0), computed once per layer and commit.
+        memo = self._bias[layer]
+        if memo is None or memo[0] != self.versions[layer] or memo[1].shape[-1] != hw:
+            memo = self._bias[layer] = (self.versions[layer], self.count[layer][:, :, :hw].log())
         k, v = self._kv(layer, hw)
         return CacheView(
-            k=k, v=v, bias=bias,
+            k=k, v=v, bias=memo[1],
             positions=self._attention_positions(layer, hw),
-            n_sink=min(self.sink_tokens, hw), uniform=uniform, version=self.versions[layer],
+            n_sink=min(self.sink_tokens, hw), uniform=False, version=self.versions[layer],
             rotated=self.keys_rotated,
         )
 
     # -- accounting -----------------------------------------------------------------------------------------
+    def _live(self, layer: int) -> torch.Tensor:
+        return self.count[layer][:, :, : self.capacity] > 0
+
     def groups(self, layer: int) -> float:
-        """Live groups per head (sink included), averaged over batch and heads."""
-        return float((self.count[layer][:, :, : self.capacity] > 0).float().sum(-1).mean())
+        """Live groups per head (sink included), averaged over batch and heads (a host read)."""
+        return float(self._live(layer).float().sum(-1).mean())
 
     def _bytes_per_slot(self) -> int:
-        return self._slot_bytes(self.settings, self.head_dim, self.dtype, self.kv_quant)
+        return self._slot_bytes(self.settings, self.head_dim, self.dtype, self.kv_quant, self.device)
+
+    def _live_slots(self) -> torch.Tensor:
+        return torch.stack([self._live(layer).sum() for layer in range(self.num_layers)]).sum()
 
     def live_bytes(self) -> int:
-        slots = sum(int((c[:, :, : self.capacity] > 0).sum()) for c in self.count)
-        return slots * self._bytes_per_slot()
+        return int(self._live_slots()) * self._bytes_per_slot()
+
+    def live_bytes_figure(self):
+        return self._live_slots() * self._bytes_per_slot()
 
     def allocated_bytes(self) -> int:
         return self.num_layers * self.batch * self.num_heads * (self.capacity + 1) * self._bytes_per_slot()
 
     def chunk_stats(self) -> dict:
-        groups = [round(self.groups(i), 2) for i in range(self.num_layers)]
-        live = [float(c[:, :, : self.capacity].sum()) / max(1, int((c[:, :, : self.capacity] > 0).sum()))
-                for c in self.count]
-        return {"groups": groups, "mean_count": round(sum(live) / len(live), 4)}
+        """Groups per layer and the mean group size, as device tensors (``read_figures`` reads them with the rest
+        of the chunk's report in one transfer)."""
+        live = torch.stack([self._live(layer).float().sum(-1).mean() for layer in range(self.num_layers)])
+        counts = torch.stack([c[:, :, : self.capacity].sum() for c in self.count]).double()
+        slots = torch.stack([self._live(layer).sum() for layer in range(self.num_layers)]).clamp_min(1).double()
+        return {"groups": Figure(live, 2), "mean_count": Figure((counts / slots).mean(), 4)}
 
     def stats(self) -> dict:
         return {
@@ -404,8 +473,8 @@ class TempCache(KVCache):
             "capacity_tokens": self.capacity,
             "sink_tokens": self.sink_tokens,
             "groups_per_layer": [round(self.groups(i), 2) for i in range(self.num_layers)],
-            "merges_per_layer": list(self.merges),
-            "evictions_per_layer": list(self.evictions),
-            "inserted_per_layer": list(self.inserted),
-            "mean_count": self.chunk_stats()["mean_count"],
+            "merges_per_layer": self.merges,
+            "evictions_per_layer": self.evictions,
+            "inserted_per_layer": self.inserted,
+            "mean_count": read_figures({"m": self.chunk_stats()["mean_count"]})["m"],
         }

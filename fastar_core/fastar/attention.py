@@ -21,7 +21,8 @@ import math
 import torch
 
 from ...kernels import attention as kernel_attention
-from ...kernels import build_sparse_layout, sparse_attention
+from ...kernels import build_sparse_layout, choose_backend, sparse_attention
+from ..caches.base import Figure
 from ..forward.attention import DenseAttention, PassInfo
 from .ann import LSHMatcher, hamming1_probes
 from .config import FastARConfig
@@ -47,6 +48,8 @@ class FastARAttention(DenseAttention):
         self._ca_hash: dict = {}
         self._prompt_merge: dict = {}
         self.layer_recall: dict = {}  # layer -> recalls measured over the rollout (calibration reads it)
+        self._checked: set = set()  # layers whose AnnSA codes were checked (at first use: never again)
+        self._token_masks: dict = {}  # (sparse frames, tokens per frame, device) -> bool mask of sparse queries
         self._reset_tally()
 
     def begin_rollout(self, num_layers: int) -> None:
@@ -57,7 +60,21 @@ class FastARAttention(DenseAttention):
         self._ca_hash.clear()
         self._prompt_merge.clear()
         self.layer_recall = {}
+        self._checked = set()
         self._reset_tally()
+
+    @property
+    def capturable(self) -> bool:
+        """Measuring tallies recall on the host and AnnCA's pruning sums what it kept per call: run those eagerly."""
+        return not self.measure and not (self.config.annca and self.config.annca_prune)
+
+    def graph_key(self, info: PassInfo) -> tuple:
+        """AnnSA is dense in the first denoising steps: a pass is sparse or dense by its frames' steps."""
+        if not self.sparse_layers:
+            return ()
+        dense_steps = math.floor(self.config.dense_warmup * info.num_steps + 1e-9)
+        steps = info.frame_steps if info.frame_steps is not None else [info.step] * info.num_frames
+        return tuple((s if s >= 0 else info.num_steps) >= dense_steps for s in steps)
 
     # -- tallies (read once per chunk by the sampler) ----------------------------------------------------------
     def _reset_tally(self):
@@ -65,15 +82,18 @@ class FastARAttention(DenseAttention):
                        "ca_calls": 0, "ca_kept": 0.0, "ca_recall": 0.0, "ca_recall_n": 0}
 
     def chunk_stats(self) -> dict:
+        """The chunk's tallies; the share of prompt tokens AnnCA's pruning kept is summed on the device and read
+        with the rest of the report (the sampler reads ``Figure``s in one transfer)."""
         t = self._tally
-        out = {}
+        out: dict = {}
         if t["sa_calls"]:
             out["density"] = round(t["sa_density"] / t["sa_calls"], 5)
         if t["sa_recall_n"]:
             out["recall"] = round(t["sa_recall"] / t["sa_recall_n"], 5)
             out["sa_output_error"] = round(t["sa_error"] / t["sa_recall_n"], 6)
         if t["ca_calls"]:
-            out["ca_kept"] = round(t["ca_kept"] / t["ca_calls"], 5)
+            kept = t["ca_kept"] / t["ca_calls"]
+            out["ca_kept"] = Figure(kept, 5) if torch.is_tensor(kept) else round(kept, 5)
         if t["ca_recall_n"]:
             out["ca_recall"] = round(t["ca_recall"] / t["ca_recall_n"], 5)
         self._reset_tally()
@@ -93,15 +113,35 @@ class FastARAttention(DenseAttention):
         return table[layer]
 
     # -- self-attention (AnnSA) -----------------------------------------------------------------------------------
-    def _sparse_query_frames(self, layer: int, view, info: PassInfo) -> torch.Tensor | None:
-        """Bool per query frame: sparse or dense. None when the whole pass is dense."""
-        if layer not in self.sparse_layers or view.length - view.n_sink < self.config.annsa_min_keys:
+    def _sparse_kernel_on(self, k: torch.Tensor) -> bool:
+        """Whether a sparse kernel runs AnnSA on this device: on a GPU without one (no Triton), the torch fallback
+        would launch a kernel per (head, bucket) and cost far more than dense attention, so the layer stays dense."""
+        if k.device.type != "cuda":
+            return True
+        chosen = choose_backend("sparse_attention", self.backend, k.device, dtype=k.dtype, head_dim=k.shape[-1])
+        return chosen != "torch"
+
+    def _sparse_query_frames(self, layer: int, view, info: PassInfo) -> list[bool] | None:
+        """Per query frame: sparse or dense (decided on the host from the pass). None when the pass is dense."""
+        if (layer not in self.sparse_layers or view.length - view.n_sink < self.config.annsa_min_keys
+                or not self._sparse_kernel_on(view.k)):
             return None
         dense_steps = math.floor(self.config.dense_warmup * info.num_steps + 1e-9)
         steps = info.frame_steps if info.frame_steps is not None else [info.step] * info.num_frames
         # The clean pass behaves like a step after the last one.
-        sparse = torch.tensor([(s if s >= 0 else info.num_steps) >= dense_steps for s in steps])
-        return sparse if bool(sparse.any()) else None
+        sparse = [(s if s >= 0 else info.num_steps) >= dense_steps for s in steps]
+        return sparse if any(sparse) else None
+
+    def _token_mask(self, sparse_frames: list, tpf: int, device) -> torch.Tensor:
+        """Bool per query token: its frame is sparse. Made with fills on the device, once per pattern."""
+        key = (tuple(sparse_frames), tpf, device)
+        if key not in self._token_masks:
+            mask = torch.zeros(len(sparse_frames) * tpf, dtype=torch.bool, device=device)
+            for f, sparse in enumerate(sparse_frames):
+                if sparse:
+                    mask[f * tpf:(f + 1) * tpf].fill_(True)
+            self._token_masks[key] = mask
+        return self._token_masks[key]
 
     def self_attention(self, layer, q, k, v, positions, view, info):
         sparse_frames = None if view is None else self._sparse_query_frames(layer, view, info)
@@ -123,21 +163,28 @@ class FastARAttention(DenseAttention):
             bias = torch.cat([b[..., :s], cur, b[..., s:]], dim=-1)
         n_dense = s + k.shape[2]
         hasher = self._hasher(self._sa_hash, layer, 1, 1, q.device, heads=self.sa_heads)
+        # The codes are checked at the layer's first call (before any capture); the layout's shapes then depend on
+        # the sizes and the hash's width alone, and nothing is read back.
         layout = build_sparse_layout(hasher.codes(q_rot)[..., 0], hasher.codes(keys)[..., 0], n_dense=n_dense,
                                      block_q=self.config.block_size, block_k=self.config.block_size,
-                                     radius=1 if self.config.multiprobe else 0)
-        out = sparse_attention(q_rot, keys, values, layout, bias, backend=self.backend)
+                                     radius=1 if self.config.multiprobe else 0, bits=hasher.bits,
+                                     checked=layer in self._checked)
+        self._checked.add(layer)
+        out = sparse_attention(q_rot, keys, values, layout, bias, backend=self.backend, check_values=False)
 
         tpf = info.tokens_per_frame
-        token_sparse = sparse_frames.to(q.device).repeat_interleave(tpf)
-        if not bool(token_sparse.all()):
+        token_sparse = None
+        if not all(sparse_frames):
             # Rolling windows: queries of chunks still in the dense warm-up attend densely.
-            dense_out = kernel_attention(q_rot, keys, values, bias, backend=self.backend)
+            token_sparse = self._token_mask(sparse_frames, tpf, q.device)
+            dense_out = kernel_attention(q_rot, keys, values, bias, backend=self.backend, check_values=False)
             out = torch.where(token_sparse[None, None, :, None], out, dense_out)
         if self.measure:  # counting visible pairs costs about as much as a small attention call
             self._tally["sa_calls"] += 1
-            share = float(token_sparse.float().mean())
+            share = sum(sparse_frames) / len(sparse_frames)
             self._tally["sa_density"] += share * layout.density() + (1 - share)
+            if token_sparse is None:
+                token_sparse = self._token_mask(sparse_frames, tpf, q.device)
             self._measure_sa(q_rot, keys, values, bias, layout, out, token_sparse, layer, info)
         return out
 
@@ -189,7 +236,7 @@ class FastARAttention(DenseAttention):
         if not self.config.annca_prune:
             self._tally["ca_calls"] += 1
             self._tally["ca_kept"] += k_u.shape[2] / text_k.shape[2]
-            return kernel_attention(q, k_u, v_u, bias, backend=self.backend)
+            return kernel_attention(q, k_u, v_u, bias, backend=self.backend, check_values=False)
 
         # Per frame: the prompt tokens whose bucket (or a Hamming-1 probe of it) some query of the frame hits.
         hasher = self._hasher(self._ca_hash, layer, 2, self.config.tables, q.device)
@@ -205,16 +252,16 @@ class FastARAttention(DenseAttention):
         if self.parallel is not None:  # a token the frame's queries on any rank hit is kept on every rank
             hits = self.parallel.any_across_ranks(hits)
         keep = hits | merged
-        frame_bias = torch.where(keep, bias[:, :, None], torch.tensor(float("-inf"), device=q.device))
+        frame_bias = torch.where(keep, bias[:, :, None], float("-inf"))
         # Frames become batch entries, so one attention call serves them all with their own key subsets.
         qf = q.view(B, H, F, tpf, D).transpose(1, 2).reshape(B * F, H, tpf, D)
         kf = k_u[:, None].expand(B, F, *k_u.shape[1:]).reshape(B * F, *k_u.shape[1:])
         vf = v_u[:, None].expand(B, F, *v_u.shape[1:]).reshape(B * F, *v_u.shape[1:])
         bf = frame_bias.transpose(1, 2).reshape(B * F, H, -1)
-        out = kernel_attention(qf, kf, vf, bf, backend=self.backend)
+        out = kernel_attention(qf, kf, vf, bf, backend=self.backend, check_values=False)
         out = out.view(B, F, H, tpf, D).transpose(1, 2).reshape(B, H, N, D)
         self._tally["ca_calls"] += 1
-        self._tally["ca_kept"] += float(keep.float().sum(-1).mean()) / text_k.shape[2]
+        self._tally["ca_kept"] = self._tally["ca_kept"] + keep.float().sum(-1).mean() / text_k.shape[2]
         if self.measure:
             probs = dense_probabilities(qf[:, :, :MEASURED_QUERIES], kf, bias)
             self._tally["ca_recall"] += attention_recall(probs, keep.transpose(1, 2).reshape(B * F, H, 1, -1).float())

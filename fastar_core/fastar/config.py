@@ -28,7 +28,8 @@ class FastARConfig:
     layers: str | tuple = "all"  # "all", "auto" (from `fastar calibrate`), or a tuple of layer indices
     calibration: str | None = None  # JSON written by `fastar calibrate`, used when layers == "auto"
     # Below this many bucketed keys per head, planning and gathering cost more than the attention they save,
-    # so the layer runs dense (the paper, too, finds sparse kernels lose on short sequences).
+    # so the layer runs dense (the paper, too, finds sparse kernels lose on short sequences). On a GPU AnnSA also
+    # needs its sparse kernel (Triton): without it the layer runs dense.
     annsa_min_keys: int = 8192
     # The sign-LSH hashing shared by AnnCA and AnnSA.
     bits: int = 6  # LSH bits per table (buckets = 2**bits), or coarse-quantizer bits

@@ -4,8 +4,9 @@ The loaders differ by family (Wan2.1's ``checkpoint.load_checkpoint``, Matrix-Ga
 ``matrix_game.checkpoint.load_matrix_game``, LingBot-World 2.0's ``lingbot.checkpoint.load_lingbot``); the command
 line and the loader node ask here which one to call. Matrix-Game 2.0 is released as safetensors only, so a torch file
 is read as Wan's; LingBot-World 2.0 as a ``from_pretrained`` folder (config.json naming ``WanModelFast`` beside its
-safetensors shards), named by the folder or any of its weights files. The bundled demo world is a safetensors
-file whose metadata says so (``fastar_core/families/demo/model.py`` loads it).
+safetensors shards), named by the folder or any of its weights files, or as its shards on their own, recognised by
+their camera layers. The bundled demo world is a safetensors file whose metadata says so
+(``fastar_core/families/demo/model.py`` loads it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .family_keys import is_matrix_game, lingbot_folder
+from .family_keys import is_matrix_game, lingbot_files
 from .raw import SAFETENSORS_SUFFIXES, check_regular_file
 from .safetensors_reader import read_header
 from .wan_checkpoint import checkpoint_errors
@@ -45,6 +46,6 @@ def is_demo_world_file(path) -> bool:
 
 
 def is_lingbot(path) -> bool:
-    """Whether ``path`` is a LingBot-World 2.0 model folder (or the release's root holding one, or a weights file in
-    one): a config.json naming ``WanModelFast``."""
-    return lingbot_folder(path) is not None
+    """Whether ``path`` is a LingBot-World 2.0 model: its folder (or the release's root holding one), a file of its
+    folder, or its shards on their own (``family_keys.lingbot_files``)."""
+    return lingbot_files(path) is not None

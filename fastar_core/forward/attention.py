@@ -15,7 +15,7 @@ import torch
 from ...kernels import attention as kernel_attention
 from ...kernels import register_host_backend
 from ..caches.base import CacheView
-from ..model.rope import apply_rope, rope_cos_sin, rotate
+from ..model.rope import RopeTables, apply_rope, span_of
 
 
 def register_host_attention(name: str, fn, *, tolerance: float | None = None) -> None:
@@ -62,25 +62,21 @@ def join_bias(view: CacheView, n_current: int) -> torch.Tensor | None:
 
 def joined(view: CacheView, cache_k: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     """Keys and values over (cache entries, current tokens). Where the view's keys are the cache's own, rotated,
-    and the cache lends the free slots after them (``view.room``), the current ones are written there and one
+    and the cache lends the free slots after them (``view.room``: the buffers ``view.k`` and ``view.v`` are the
+    first entries of, as the cache that made the view guarantees), the current ones are written there and one
     slice of each buffer is read; otherwise the cache's are joined to them (a copy of the whole cache per call,
-    what made a long dense rollout's late chunks pay for its length twice)."""
+    what made a long dense rollout's late chunks pay for its length twice). Every test is on shapes and object
+    identity, never on data pointers, so a compiler traces it."""
     n, end = k.shape[2], view.length
     if view.room is not None and cache_k is view.k:
         room_k, room_v = view.room
-        if (room_k.shape[2] >= end + n and _prefix_of(view.k, room_k, k) and _prefix_of(view.v, room_v, v)):
+        if (room_k.shape[2] >= end + n and room_k.dtype == k.dtype and room_v.dtype == v.dtype
+                and room_k.shape[:2] == k.shape[:2] and room_k.shape[3] == k.shape[3]
+                and room_v.shape[:2] == v.shape[:2] and room_v.shape[3] == v.shape[3]):
             room_k[:, :, end:end + n].copy_(k)
             room_v[:, :, end:end + n].copy_(v)
             return room_k[:, :, :end + n], room_v[:, :, :end + n]
     return torch.cat([cache_k, k], dim=2), torch.cat([view.v.to(v.dtype), v], dim=2)
-
-
-def _prefix_of(entries: torch.Tensor, buffer: torch.Tensor, current: torch.Tensor) -> bool:
-    """``entries`` is the first tokens of ``buffer`` itself (not a copy or a transform of them), and ``current``
-    can be written after them as it is."""
-    return (entries.data_ptr() == buffer.data_ptr() and entries.stride() == buffer.stride()
-            and entries.shape[:2] == buffer.shape[:2] == current.shape[:2] and entries.shape[3] == current.shape[3]
-            and buffer.dtype == current.dtype and buffer.device == current.device)
 
 
 class DenseAttention:
@@ -97,11 +93,42 @@ class DenseAttention:
         self.verify_kernels = verify_kernels  # False: no first-use kernel checks during its rollouts (the sampler)
         self._current_tables: tuple = (None, None, None)  # (positions tensor, absolute?, cos/sin) of the pass
         self._rotated_cache: dict = {}  # layer -> (key, rotated cache keys), CPU only
+        self._rope: dict = {}  # device -> RopeTables, built once and grown as positions reach further
+        self._joined_bias: dict = {}  # layer -> (view's bias, current tokens, joined bias): one join per commit
 
     def begin_rollout(self, num_layers: int) -> None:
         """Called once before a rollout; stateful variants reset here."""
         self._current_tables = (None, None, None)
         self._rotated_cache = {}
+        self._joined_bias = {}
+
+    def joined_bias(self, layer: int, view: CacheView, n_current: int) -> torch.Tensor | None:
+        """``join_bias``, kept while the view hands over the same bias tensor (a TempCache view's, which changes
+        at commits only): every denoising pass of a chunk reuses it."""
+        memo = self._joined_bias.get(layer)
+        if memo is not None and memo[0] is view.bias and memo[1] == n_current:
+            return memo[2]
+        joined_bias = join_bias(view, n_current)
+        self._joined_bias[layer] = (view.bias, n_current, joined_bias)
+        return joined_bias
+
+    def rope_tables(self, x: torch.Tensor, info: PassInfo) -> RopeTables:
+        """RoPE tables on ``x``'s device covering every position of the pass: its frames, the cache's (earlier, or
+        relative to it: negative) and the grid's (at most a frame's tokens per axis); sized from the host's
+        ``info``, never from the positions' values."""
+        tables = self._rope.get(x.device)
+        if tables is None:
+            tables = self._rope[x.device] = RopeTables(x.shape[-1], x.device)
+        return tables.ensure(span_of(info.frame_start + info.num_frames, info.tokens_per_frame))
+
+    @property
+    def capturable(self) -> bool:
+        """Whether a denoising pass may be captured in a CUDA graph and replayed (no host-side tallies)."""
+        return True
+
+    def graph_key(self, info: PassInfo) -> tuple:
+        """What of a pass, besides its chunk, changes what this attention does (none for dense attention)."""
+        return ()
 
     @property
     def wants_rotated_keys(self) -> bool:
@@ -128,9 +155,10 @@ class DenseAttention:
         (every denoising step of a chunk reads the same entries at the same relative positions); on a GPU
         rotating is cheap and the extra copy of the keys would cost memory."""
         absolute = view is not None and view.rotated  # the cache's keys are rotated at absolute positions
+        tables = self.rope_tables(q, info)
         if self._current_tables[0] is not positions or self._current_tables[1] != absolute:
             cur = positions[None] if absolute else relative_positions(positions, info.frame_start, None)[None]
-            self._current_tables = (positions, absolute, rope_cos_sin(cur, q.shape[-1]))
+            self._current_tables = (positions, absolute, tables.cos_sin(cur))
         cos, sin = self._current_tables[2]
         q_rot, k_rot = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if view is None:
@@ -143,7 +171,8 @@ class DenseAttention:
         if memo is not None and memo[0] == key:
             return q_rot, k_rot, memo[1]
         cache_pos = relative_positions(view.positions, info.frame_start, min_t)
-        cache_k = rotate(view.k.to(k.dtype), cache_pos)
+        cos_k, sin_k = tables.cos_sin(cache_pos)
+        cache_k = apply_rope(view.k.to(k.dtype), cos_k, sin_k)
         if view.k.device.type == "cpu":
             self._rotated_cache[layer] = (key, cache_k)
         return q_rot, k_rot, cache_k
@@ -155,7 +184,10 @@ class DenseAttention:
         if view is None:
             return kernel_attention(q_rot, k_rot, v, backend=self.backend)
         keys, values = joined(view, cache_k, k_rot, v)
-        return kernel_attention(q_rot, keys, values, join_bias(view, k.shape[2]), backend=self.backend)
+        # The cache's biases are finite or -inf by construction (no host read to check them), and the chunk's own
+        # keys are among the keys (no query sees nothing).
+        return kernel_attention(q_rot, keys, values, self.joined_bias(layer, view, k.shape[2]), backend=self.backend,
+                                check_values=False, may_be_blind=False)
 
     def cross_attention(self, layer: int, q: torch.Tensor, text_k: torch.Tensor, text_v: torch.Tensor,
                         info: PassInfo) -> torch.Tensor:

@@ -33,6 +33,9 @@ class ModelFamily:
     """Wan2.1's block, unchanged: the base every family starts from."""
 
     name = "wan"
+    # CausVid's long video restarts a rollout from a few clean frames; a family whose state lives in caches of its
+    # own (actions) cannot be restarted that way.
+    restartable = True
 
     @classmethod
     def matches(cls, model) -> bool:
@@ -94,6 +97,11 @@ class ModelFamily:
     def own_cache(self):
         """The self-attention cache the family's own inference uses (a ``CacheSpec``), or None when that is the
         user's choice; a sampler left on cache 'auto' without TempCache takes it."""
+        return None
+
+    def fastar_attention_refusal(self) -> str | None:
+        """None when FAST-AR's attention patch (AnnCA, AnnSA, the presets' TempCache) is written for this family's
+        block; else why not, and what of FAST-AR runs on it instead (a front end's message)."""
         return None
 
     # -- rollout checks -------------------------------------------------------------------------------------

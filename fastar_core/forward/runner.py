@@ -16,10 +16,11 @@ from ..caches.base import KVCache
 from ..caches.cache_set import CacheSet
 from ..errors import FastARError
 from ..model.block_forward import BlockForward
-from ..model.rope import grid_positions
+from ..model.rope import chunk_positions
 from .attention import DenseAttention, PassInfo
 from .family import ModelFamily, family_for
 from .parallel import SequenceParallel
+from .step_graphs import StepGraphs
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ class CausalRunner:
         self.dtype = dtype or model.blocks[0].self_attn.q.weight.dtype
         # A host that offloads weights (ComfyUI's partial loading) says where activations belong.
         self.device = torch.device(device) if device is not None else model.blocks[0].self_attn.q.weight.device
+        # On CUDA: capture a chunk's denoising forward in a CUDA graph at its first pass and replay it for the
+        # others (step_graphs.py). Off until measured on the GPUs users run.
+        self.cuda_graphs = False
+        self.step_graphs = StepGraphs()
 
     @property
     def num_layers(self) -> int:
@@ -163,7 +168,21 @@ class CausalRunner:
         and values are written to the cache (the clean pass); ``need_output=False`` then skips the head.
         ``text`` is the context state of the pass; a family that reads more per pass (image latents, actions)
         finds the rollout's ``Conditioning`` on it (``TextState.cond``).
+
+        With ``cuda_graphs`` on a CUDA device, a denoising pass is replayed from the chunk's captured graph where
+        its host-side state is the captured one (``step_graphs.py``).
         """
+        if not commit and need_output and cache is not None and self.captures_steps():
+            key = (tuple(x.shape), info.frame_start, info.num_frames, tuple(info.frame_steps or ()), id(text),
+                   id(cache), tuple(cache.versions), self.attention.graph_key(info))
+            return self.step_graphs.run(key, lambda xs, ts: self._forward(xs, ts, text, cache, info), x, timesteps)
+        return self._forward(x, timesteps, text, cache, info, commit, need_output)
+
+    def captures_steps(self) -> bool:
+        """Whether denoising passes go through ``step_graphs``: asked for, on CUDA, with attention that allows it."""
+        return (self.cuda_graphs and self.device.type == "cuda" and getattr(self.attention, "capturable", False))
+
+    def _forward(self, x, timesteps, text, cache, info, commit=False, need_output=True):
         g = self.geometry
         B, _, F, H, W = x.shape
         gh, gw = self.grid_hw(H, W)
@@ -176,7 +195,7 @@ class CausalRunner:
         t_emb = sinusoidal_embedding(g.freq_dim, timesteps.reshape(-1).to(self.device)).to(self.dtype)
         e = self.model.time_embedding(t_emb).view(B, F, g.dim)
         e0 = self.model.time_projection(e).unflatten(-1, (6, g.dim))  # [B, F, 6, dim]
-        positions = grid_positions(info.frame_start, F, gh, gw, device=self.device)
+        positions = chunk_positions(info.frame_start, F, gh, gw, self.device)
         sp = self.parallel
         if sp is not None:
             sp.check_geometry(g.num_heads, gh * gw)

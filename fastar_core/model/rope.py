@@ -1,8 +1,9 @@
-"""Wan's 3-D rotary position embedding, computed on the fly from integer (t, h, w) positions.
+"""Wan's 3-D rotary position embedding from integer (t, h, w) positions.
 
 Head dims split into time / height / width pairs as Wan does (44 / 42 / 42 for head_dim 128; in general
-``d - 4*(d//6)``, ``2*(d//6)``, ``2*(d//6)``), rotating interleaved (adjacent) pairs. There is no precomputed
-1024-position table, so rollouts have no length limit; callers pass positions relative to the current chunk.
+``d - 4*(d//6)``, ``2*(d//6)``, ``2*(d//6)``), rotating interleaved (adjacent) pairs. The cos/sin tables
+(``RopeTables``) cover the positions a rollout reaches and grow when it reaches further, so rollouts have no length
+limit; positions may be absolute or relative to the current chunk (negative).
 """
 
 from __future__ import annotations
@@ -31,32 +32,56 @@ def rope_axes(head_dim: int) -> tuple[int, int, int]:
     return pairs - 2 * hw, hw, hw
 
 
+class RopeTables:
+    """cos and sin of Wan's RoPE for every integer position in ``[-span, span)`` of each axis, on one device.
+
+    Built once (and grown, doubling, the few times a rollout reaches past them), so a call gathers its tables with
+    device indexing: no transcendentals per call, no table built on the host and copied, no host read of the
+    positions. ``span`` comes from what the caller knows on the host (the frames of the pass, the grid), never from
+    the positions' values. Each entry is the value the direct formula gives (the same float64 angle and cosine).
+    Tables are ``[2 * span, pairs of the axis, 2]`` (cos, sin), so a gather lands as interleaved (cos, sin)."""
+
+    def __init__(self, head_dim: int, device, theta: float = 10000.0):
+        self.head_dim, self.device, self.theta = head_dim, torch.device(device), theta  # Wan's theta: 10000
+        self.span = 0
+        self.tables: list[torch.Tensor] = []
+
+    def ensure(self, span: int) -> RopeTables:
+        """Cover positions in ``[-span, span)`` on every axis."""
+        if span > self.span:
+            self.span = max(span, 2 * self.span, 64)
+            inv = _inverse_frequencies(self.head_dim, self.theta).to(self.device)
+            t = torch.arange(-self.span, self.span, dtype=torch.float64, device=self.device)[:, None]
+            bounds = [0]
+            for size in rope_axes(self.head_dim):
+                bounds.append(bounds[-1] + size)
+            self.tables = []
+            for axis in range(3):
+                angles = t * inv[bounds[axis]:bounds[axis + 1]]
+                self.tables.append(torch.stack((torch.cos(angles).float(), torch.sin(angles).float()), dim=-1))
+        return self
+
+    def cos_sin_pairs(self, positions: torch.Tensor) -> torch.Tensor:
+        """``[..., L, head_dim/2, 2]`` (cos, sin) for integer positions ``[..., L, 3]`` inside the span."""
+        index = positions + self.span
+        return torch.cat([self.tables[axis][index[..., axis]] for axis in range(3)], dim=-2)
+
+    def cos_sin(self, positions: torch.Tensor):
+        pairs = self.cos_sin_pairs(positions)
+        return pairs[..., 0], pairs[..., 1]
+
+
+def span_of(*extents: int) -> int:
+    """The table span covering positions up to these extents (a frame index, the grid's height and width) and
+    their negatives (positions relative to a later frame)."""
+    return max(extents) + 1
+
+
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float = 10000.0):
-    """cos/sin tables ``[..., L, head_dim/2]`` (fp32) for integer positions ``[..., L, 3]``."""
-    if positions.device.type == "cpu":
-        return _cos_sin_by_lookup(positions, head_dim, theta)
-    inv = _inverse_frequencies(head_dim, theta).to(positions.device)
-    t_pairs, hw_pairs, _ = rope_axes(head_dim)
-    axis_of_pair = torch.tensor([0] * t_pairs + [1] * hw_pairs + [2] * hw_pairs, device=positions.device)
-    angles = positions.to(torch.float64)[..., axis_of_pair] * inv
-    return torch.cos(angles).float(), torch.sin(angles).float()
-
-
-def _cos_sin_by_lookup(positions: torch.Tensor, head_dim: int, theta: float):
-    """On a CPU the transcendentals dominate: evaluate them once per distinct position of each axis (a few
-    dozen) and gather. Same values as the direct formula; on a GPU the direct formula avoids host syncs."""
-    inv = _inverse_frequencies(head_dim, theta)
-    sizes = rope_axes(head_dim)
-    bounds = torch.cumsum(torch.tensor((0, *sizes)), 0).tolist()
-    cos_parts, sin_parts = [], []
-    for axis in range(3):
-        p = positions[..., axis].long()
-        lo, hi = int(p.min()), int(p.max())
-        angles = torch.arange(lo, hi + 1, dtype=torch.float64)[:, None] * inv[bounds[axis]:bounds[axis + 1]]
-        idx = p - lo
-        cos_parts.append(torch.cos(angles).float()[idx])
-        sin_parts.append(torch.sin(angles).float()[idx])
-    return torch.cat(cos_parts, dim=-1), torch.cat(sin_parts, dim=-1)
+    """cos/sin tables ``[..., L, head_dim/2]`` (fp32) for integer positions ``[..., L, 3]``. Reads the positions'
+    range on the host to size the tables: for tools and tests; the hot path passes a span it knows."""
+    span = int(positions.abs().max()) + 1 if positions.numel() else 1
+    return RopeTables(head_dim, positions.device, theta).ensure(span).cos_sin(positions.long())
 
 
 # Complex numbers per vector of the widest CPU kernels (AVX-512: 16 floats).
@@ -80,9 +105,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return out.reshape(shape).to(x.dtype)
 
 
-def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
-    """``apply_rope`` with tables computed from ``positions [P, L, 3]`` (P in (1, H))."""
-    cos, sin = rope_cos_sin(positions, x.shape[-1], theta)
+def rotate(x: torch.Tensor, positions: torch.Tensor, tables: RopeTables | None = None) -> torch.Tensor:
+    """``apply_rope`` at ``positions [P, L, 3]`` (P in (1, H)): from ``tables`` that cover them (the hot path), or
+    (None) from tables sized by reading the positions on the host."""
+    cos, sin = tables.cos_sin(positions) if tables is not None else rope_cos_sin(positions, x.shape[-1])
     return apply_rope(x, cos, sin)
 
 
@@ -93,3 +119,18 @@ def grid_positions(frame_start: int, num_frames: int, grid_h: int, grid_w: int, 
     w = torch.arange(grid_w, device=device)
     tt, hh, ww = torch.meshgrid(t, h, w, indexing="ij")
     return torch.stack((tt, hh, ww), dim=-1).reshape(-1, 3)
+
+
+_grids: dict = {}
+
+
+def chunk_positions(frame_start: int, num_frames: int, grid_h: int, grid_w: int, device) -> torch.Tensor:
+    """``grid_positions``, from a grid built once per (frames, grid, device) and moved in time by one add whose
+    frame is a scalar argument (no host tensor per call). A fresh tensor: callers may keep or change it."""
+    key = (num_frames, grid_h, grid_w, torch.device(device))
+    if key not in _grids:
+        unit = torch.zeros(1, 3, dtype=torch.long, device=device)
+        unit[0, 0] = 1
+        _grids[key] = (grid_positions(0, num_frames, grid_h, grid_w, device=device), unit)
+    grid, unit = _grids[key]
+    return torch.add(grid, unit, alpha=frame_start)

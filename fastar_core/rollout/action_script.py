@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import FastARError
+from ..errors import FastARError, shown
 from .camera_motion import FOV, LOOK_RATE, MOVE_SPEED, TURN_RATE, intrinsics_for_fov, poses_from_keys
 from .video_geometry import VAE_TEMPORAL
 
@@ -66,6 +66,7 @@ CAMERA_DEFAULTS = (MOVE_SPEED, TURN_RATE, LOOK_RATE, FOV)
 MAX_FPS = 240.0
 MAX_ENTRIES = 100_000
 MAX_SECONDS = 24 * 3600.0
+MAX_FILE_BYTES = 1 << 20  # an action script's text, from a file or a node's widget
 CAMERA_FIELDS = ("move_speed", "turn_rate", "look_rate", "fov")  # the camera variants' motion model
 BASE_FIELDS = ("variant", "fps", "mouse_step", "timeline")
 SCRIPT_FIELDS = (*BASE_FIELDS, *CAMERA_FIELDS)
@@ -281,22 +282,33 @@ def check_pixel_frames(pixel_frames, what: str = "pixel_frames", stride: int = V
     """A video's frame count: ``1 + stride (T - 1)`` for ``T`` latent frames (any count where ``stride`` is 1)."""
     if isinstance(pixel_frames, bool) or not isinstance(pixel_frames, int) or pixel_frames < 1 \
             or (pixel_frames - 1) % stride:
-        raise FastARError(f"{what} {pixel_frames!r}: actions cover a video of 1 + {stride}(T - 1) frames for T "
+        raise FastARError(f"{what} {shown(pixel_frames)}: actions cover a video of 1 + {stride}(T - 1) frames for T "
                           f"latent frames ({', '.join(str(1 + stride * t) for t in range(3))}, ...)")
     return pixel_frames
 
 
 def _finite_number(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise FastARError(f"{what} is {value!r}; expected a finite number")
-    return float(value)
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        try:
+            if math.isfinite(value):
+                return float(value)
+        except OverflowError:  # an integer too large for a float
+            pass
+    raise FastARError(f"{what} is {shown(value)}; expected a finite number")
 
 
 def check_variant(value, what: str) -> str:
-    if value not in VARIANTS:
-        raise FastARError(f"{what}: variant {value!r} is not a world model's variant; valid: "
+    """A variant's name; anything else (a list, an object, a number where the name goes) is refused by type."""
+    if not isinstance(value, str) or value not in VARIANTS:
+        kind = "" if isinstance(value, str) else f" ({type(value).__name__}, not a name)"
+        raise FastARError(f"{what}: variant {shown(value)}{kind} is not a world model's variant; valid: "
                           f"{', '.join(VARIANTS)}")
     return value
+
+
+def _unknown_fields(given, valid) -> list[str]:
+    names = sorted(set(map(str, given)) - set(valid))
+    return [n[:40] for n in names[:5]] + (["..."] if len(names) > 5 else [])
 
 
 def parse_keys(spec: Variant, tokens, where: str) -> tuple[str, ...]:
@@ -304,11 +316,11 @@ def parse_keys(spec: Variant, tokens, where: str) -> tuple[str, ...]:
     letters = []
     for token in tokens:
         if not isinstance(token, str):
-            raise FastARError(f"{where}: key {token!r} is not a name; valid keys for {spec.name}: "
+            raise FastARError(f"{where}: key {shown(token)} is not a name; valid keys for {spec.name}: "
                               f"{spec.valid_keys()}")
         key = spec.key(token)
         if key is None:
-            raise FastARError(f"{where}: unknown key {token!r} for {spec.name}; valid: {spec.valid_keys()}")
+            raise FastARError(f"{where}: unknown key {shown(token)} for {spec.name}; valid: {spec.valid_keys()}")
         if key.letter in letters:
             raise FastARError(f"{where}: key {key.letter} ({key.name}) is named twice")
         letters.append(key.letter)
@@ -341,7 +353,7 @@ def parse_script(data, what: str = "action script", entry_names: list[str] | Non
     if not isinstance(data, dict):
         raise FastARError(f"{what}: expected an object with {', '.join(BASE_FIELDS)}; got "
                           f"{type(data).__name__}")
-    unknown = sorted(set(map(str, data)) - set(SCRIPT_FIELDS))
+    unknown = _unknown_fields(data, SCRIPT_FIELDS)
     if unknown:
         raise FastARError(f"{what}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(SCRIPT_FIELDS)}")
     if "variant" not in data:
@@ -397,7 +409,7 @@ def _parse_entry(spec: Variant, item, where: str, fps: float) -> ActionEntry:
     if not isinstance(item, dict):
         raise FastARError(f"{where}: expected an object like {{\"at\": 0, \"keys\": [\"W\"]}}; got "
                           f"{type(item).__name__}")
-    unknown = sorted(set(map(str, item)) - set(ENTRY_FIELDS))
+    unknown = _unknown_fields(item, ENTRY_FIELDS)
     if unknown:
         raise FastARError(f"{where}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(ENTRY_FIELDS)}")
     if "at" not in item:
@@ -435,6 +447,14 @@ def parse_text(text: str, what: str = "action script", variant: str | None = Non
     node's widgets), are the script's unless the text names its own, which must then agree."""
     if not isinstance(text, str):
         raise FastARError(f"{what}: expected text, got {type(text).__name__}")
+    if len(text) > MAX_FILE_BYTES:
+        raise FastARError(f"{what}: {len(text):,} characters; an action script is a few lines (at most "
+                          f"{MAX_FILE_BYTES:,})")
+    # A node's widgets (or a caller) give these beside the text: a name and a number, checked by type first.
+    if variant is not None:
+        check_variant(variant, what)
+    if fps is not None:
+        fps = _finite_number(fps, f"{what}: fps")
     stripped = text.strip()
     names = None
     if stripped.startswith("{"):
@@ -453,10 +473,17 @@ def parse_text(text: str, what: str = "action script", variant: str | None = Non
             if given is None:
                 continue
             if name in data and data[name] != given:
-                raise FastARError(f"{what}: the script says {name} {data[name]!r} but {given!r} was chosen "
+                raise FastARError(f"{what}: the script says {name} {shown(data[name])} but {given!r} was chosen "
                                   "beside it; make them agree (or drop the script's line)")
             data = {**data, name: given}
     return parse_script(data, what, names)
+
+
+def parse_with_choices(text, variant, fps, what: str = "Action Script") -> ActionScript:
+    """A script beside the variant and fps chosen for it (a node's inputs): both required, each checked by type
+    before the text is read."""
+    check_variant(variant, what)
+    return parse_text(text, what, variant=variant, fps=_finite_number(fps, f"{what}: fps"))
 
 
 def _lines_to_dict(text: str, what: str) -> tuple[dict, list[str]]:
@@ -500,9 +527,9 @@ def _text_number(token: str, what: str) -> float:
     try:
         value = float(token.rstrip(":"))
     except ValueError:
-        raise FastARError(f"{what}: {token!r} is not a number") from None
+        raise FastARError(f"{what}: {shown(token)} is not a number") from None
     if not math.isfinite(value):
-        raise FastARError(f"{what}: {token!r} is not a finite number")
+        raise FastARError(f"{what}: {shown(token)} is not a finite number")
     return value
 
 
@@ -582,8 +609,6 @@ def _shortest(x: float) -> float:
             return candidate
     return x
 
-
-MAX_FILE_BYTES = 1 << 20
 
 
 def read_script_file(path, what: str | None = None) -> ActionScript:

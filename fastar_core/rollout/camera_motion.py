@@ -21,6 +21,13 @@ any constant speed gives the same input); the turn rates are angles and do count
 of the release's own example paths over their frames labelled with one look key (``examples/00``-``02``,
 ``ijkl_action.npy``): about 1 degree a video frame for turning (16 per second at 16 fps) and 0.43 for looking (7
 per second); ``tests/test_lingbot_reference.py`` measures them.
+
+**Live play** (causal): ``KeyWalk`` is the model with its state kept (where the camera is, its heading and
+pitch), advanced by the keys of the next video frames, so a live caller gets, chunk by chunk, the poses one whole
+path would have. What a live caller cannot have is the release's divisor, the longest move of the whole path:
+``live_translation_scale`` is the fixed one it divides by instead (the longest move a latent frame can make, 4
+video frames walking straight ahead). ``lingbot/live.py`` (``KeyCamera``) turns both into the model's camera, one
+call per chunk, equal bit for bit to the release's path maths replayed with that scale.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from .actions import VAE_TIME_STRIDE
 
 MOVE_SPEED = 1.0  # units per second (only ratios reach the model)
 TURN_RATE = 16.0  # degrees per second of heading, J / L
@@ -46,30 +55,58 @@ def rotation(heading: float, pitch: float) -> np.ndarray:
     return turn @ tilt
 
 
+class KeyWalk:
+    """The motion model run causally: hand it the keys held in the next video frames, get their poses. A walk
+    starts at frame 0 (the identity pose, whatever is held in it) and remembers where the camera is, which way it
+    faces and its pitch, so a live caller advances it chunk by chunk and gets the poses one whole path would
+    have (``poses_from_keys`` is one call of it)."""
+
+    def __init__(self, fps: float, move_speed: float = MOVE_SPEED, turn_rate: float = TURN_RATE,
+                 look_rate: float = LOOK_RATE, max_pitch: float = MAX_PITCH):
+        self.step = move_speed / fps
+        self.turn = math.radians(turn_rate / fps)
+        self.look = math.radians(look_rate / fps)
+        self.limit = math.radians(max_pitch)
+        self.position, self.heading, self.pitch = np.zeros(3), 0.0, 0.0
+        self.frames = 0  # video frames walked so far
+
+    def advance(self, held) -> np.ndarray:
+        """Poses ``[N, 4, 4]`` (float64, camera-to-world) of the next ``N`` video frames, from what is held in each:
+        ``held`` ``[N, 4]`` = (forward, right, up, turn right), each -1, 0 or 1 (S, A, K, J are the negative
+        ones)."""
+        held = np.asarray(held, dtype=np.float64).reshape(-1, 4)
+        poses = np.zeros((held.shape[0], 4, 4))
+        for f in range(held.shape[0]):
+            if self.frames > 0:
+                forward, right, up, turn_right = held[f]
+                self.heading += turn_right * self.turn
+                self.pitch = min(self.limit, max(-self.limit, self.pitch + up * self.look))
+                along = np.array([math.sin(self.heading), 0.0, math.cos(self.heading)])
+                across = np.array([math.cos(self.heading), 0.0, -math.sin(self.heading)])
+                move = forward * along + right * across
+                length = float(np.linalg.norm(move))
+                if length > 0:
+                    self.position = self.position + move / length * self.step
+            poses[f, :3, :3] = rotation(self.heading, self.pitch)
+            poses[f, :3, 3] = self.position
+            poses[f, 3, 3] = 1.0
+            self.frames += 1
+        return poses
+
+
 def poses_from_keys(held: np.ndarray, fps: float, move_speed: float = MOVE_SPEED, turn_rate: float = TURN_RATE,
                     look_rate: float = LOOK_RATE, max_pitch: float = MAX_PITCH) -> np.ndarray:
     """Camera-to-world poses ``[N, 4, 4]`` (float64) from what is held in each of ``N`` video frames: ``held``
     ``[N, 4]`` = (forward, right, up, turn right), each -1, 0 or 1 (S, A, K, J are the negative ones)."""
-    held = np.asarray(held, dtype=np.float64)
-    poses = np.zeros((held.shape[0], 4, 4))
-    position, heading, pitch = np.zeros(3), 0.0, 0.0
-    step, turn, look, limit = move_speed / fps, math.radians(turn_rate / fps), math.radians(look_rate / fps), \
-        math.radians(max_pitch)
-    for f in range(held.shape[0]):
-        if f > 0:
-            forward, right, up, turn_right = held[f]
-            heading += turn_right * turn
-            pitch = min(limit, max(-limit, pitch + up * look))
-            along = np.array([math.sin(heading), 0.0, math.cos(heading)])
-            across = np.array([math.cos(heading), 0.0, -math.sin(heading)])
-            move = forward * along + right * across
-            length = float(np.linalg.norm(move))
-            if length > 0:
-                position = position + move / length * step
-        poses[f, :3, :3] = rotation(heading, pitch)
-        poses[f, :3, 3] = position
-        poses[f, 3, 3] = 1.0
-    return poses
+    return KeyWalk(fps, move_speed, turn_rate, look_rate, max_pitch).advance(held)
+
+
+def live_translation_scale(fps: float, move_speed: float = MOVE_SPEED,
+                           video_frames_per_step: int = VAE_TIME_STRIDE) -> float:
+    """The translation a live camera divides every move by: the longest one step (a latent frame, 4 video frames)
+    can make, walking straight ahead the whole time. A steered path whose longest move is such a walk gets the
+    release's own normalisation from it (up to the rounding of the release's division)."""
+    return video_frames_per_step * move_speed / fps
 
 
 def intrinsics_for_fov(fov: float = FOV) -> np.ndarray:

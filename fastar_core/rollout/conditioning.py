@@ -24,6 +24,9 @@ from .prompts import PromptSchedule
 class Conditioning:
     prompts: PromptSchedule | None = None  # text (Wan2.1 T2V/I2V, Wan2.2)
     concat: torch.Tensor | None = None  # [B, C, T, h, w] channels joined to the noisy latent, frame by frame
+    # [T] which frame of ``concat`` each latent frame reads, when frames repeat (a start video whose frames stop
+    # changing keeps each distinct frame once; ``concat`` is then [B, C, distinct, h, w]); None: frame t reads t
+    concat_index: torch.Tensor | None = None
     clip: torch.Tensor | None = None  # [B, tokens, clip_dim] CLIP-vision features: the cross-attention context
     actions: Actions | None = None  # keyboard / mouse per pixel frame
     camera: object = None  # a family's camera path (LingBot-World 2.0: lingbot.camera.CameraConditioning)
@@ -36,14 +39,23 @@ class Conditioning:
             return value
         return cls(prompts=PromptSchedule.coerce(value))
 
+    @property
+    def concat_length(self) -> int:
+        """Latent frames the joined channels cover."""
+        assert self.concat is not None
+        return self.concat.shape[2] if self.concat_index is None else self.concat_index.shape[0]
+
     def concat_frames(self, frame_start: int, frames: int) -> torch.Tensor:
         """The joined channels of latent frames ``frame_start ..`` (one clear error past their end)."""
         assert self.concat is not None
-        have = self.concat.shape[2]
+        have = self.concat_length
         if frame_start + frames > have:
             raise FastARError(f"the image conditioning covers {have} latent frames; the rollout reached frame "
                               f"{frame_start + frames - 1}: give it for every frame generated")
-        return self.concat[:, :, frame_start:frame_start + frames]
+        if self.concat_index is None:
+            return self.concat[:, :, frame_start:frame_start + frames]
+        index = self.concat_index[frame_start:frame_start + frames].to(self.concat.device)
+        return self.concat.index_select(2, index)
 
 
 MASK_CHANNELS = 4  # the first-frame mask: one channel per video frame a latent frame packs
@@ -59,3 +71,27 @@ def first_frame_conditioning(image_latent: torch.Tensor) -> torch.Tensor:
     mask = torch.zeros_like(image_latent[:, :MASK_CHANNELS])
     mask[:, :, 0] = 1.0
     return torch.cat([mask, image_latent], dim=1)
+
+
+def check_first_frame_conditioning(cond: Conditioning, cfg) -> None:
+    """Refuse joined channels that are not ``first_frame_conditioning``'s for the rollout ``cfg``: their shape, their
+    frame index (frame 0 the start image's alone), their length and their values."""
+    channels = MASK_CHANNELS + 16
+    concat = cond.concat
+    want = (cfg.batch, channels, cfg.latent_height, cfg.latent_width)
+    if concat is None or concat.ndim != 5 or (concat.shape[0], concat.shape[1], *concat.shape[3:]) != want:
+        got = "none" if concat is None else list(concat.shape)
+        raise FastARError(f"the image conditioning has shape {got}; expected [{cfg.batch}, {channels}, frames, "
+                          f"{cfg.latent_height}, {cfg.latent_width}] (the 4-channel first-frame mask, then the start "
+                          "image's 16-channel latent)")
+    index = cond.concat_index
+    if index is not None and (index.ndim != 1 or index.dtype != torch.long or not index.numel()
+                              or int(index[0]) != 0 or int(index.max()) >= concat.shape[2]
+                              or (index.numel() > 1 and int(index[1:].min()) < 1)):
+        raise FastARError(f"the image conditioning's frame index must be a 1-D long tensor that reads frame 0 (the "
+                          f"start image) at frame 0 only and frames 1..{concat.shape[2] - 1} after it")
+    if cond.concat_length < cfg.num_frames:
+        raise FastARError(f"the image conditioning covers {cond.concat_length} latent frames; the rollout makes "
+                          f"{cfg.num_frames}")
+    if not concat.isfinite().all():
+        raise FastARError("the image conditioning contains NaN or infinite values")

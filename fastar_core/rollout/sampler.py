@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ...kernels import verification_turned_off
-from ..caches.base import CacheShape, KVCache
+from ..caches.base import CacheShape, KVCache, read_figures
 from ..caches.cache_set import CacheSet
 from ..caches.spec import CacheSpec
 from ..errors import FastARError, GenerationCancelled
@@ -173,9 +173,17 @@ class NoiseSource:
         item = (1, self.channels, frames, self.latent_height, self.latent_width)
         g = torch.Generator().manual_seed(noise_seed(self.seed, chunk, step))
         if self.draws == tuple(range(len(self.draws))):  # rows 0..B-1: one draw of the whole batch, the same values
-            return torch.randn((len(self.draws), *item[1:]), generator=g).to(self.device)
+            return _to_device(torch.randn((len(self.draws), *item[1:]), generator=g), self.device)
         pieces = [torch.randn(item, generator=g) for _ in range(max(self.draws) + 1)]
-        return torch.cat([pieces[i] for i in self.draws]).to(self.device)
+        return _to_device(torch.cat([pieces[i] for i in self.draws]), self.device)
+
+
+def _to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host-made noise onto the device without the host waiting: a GPU copies it from pinned memory in its queue
+    (the noise comes from a CPU generator, so every device gets the same values)."""
+    if torch.device(device).type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)
 
 
 @dataclass(frozen=True)
@@ -285,7 +293,7 @@ class ARSampler:
             vae = check_vae(vae)
         cond = Conditioning.coerce(prompts)
         self.runner.family.check_rollout(cfg, cond)
-        if cfg.restart.enabled and self.runner.family.name != "wan":
+        if cfg.restart.enabled and not self.runner.family.restartable:
             raise FastARError(f"restart_every is CausVid's long video, for a Wan text-to-video model; this model is "
                               f"{self.runner.family.describe()}, whose own caches a restart would not empty")
         schedule_prompts = cond.prompts
@@ -393,9 +401,14 @@ class RolloutLoop:
         return self.noise(chunk, 0, frames)
 
     def _times(self, schedule: DenoisingSchedule, steps, frames) -> torch.Tensor:
-        """Model timesteps ``[B, F]`` for chunks at the given step indices (one per chunk, ``frames`` each)."""
-        per_frame = [schedule.timesteps[s] for s, n in zip(steps, frames) for _ in range(n)]
-        return torch.tensor(per_frame, dtype=torch.float32).expand(self.cfg.batch, -1).to(self.runner.device)
+        """Model timesteps ``[B, F]`` for chunks at the given step indices (one per chunk, ``frames`` each), made on
+        the device from host numbers (fills, no host tensor copied per step)."""
+        return self._per_frame([schedule.timesteps[s] for s in steps], frames)
+
+    def _per_frame(self, values, frames) -> torch.Tensor:
+        """``[B, F]`` float32 on the device: ``values[i]`` for the ``frames[i]`` frames of the i-th chunk."""
+        parts = [torch.full((self.cfg.batch, n), float(v), device=self.runner.device) for v, n in zip(values, frames)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
     def _check_cancel(self):
         if self.cancel is not None and self.cancel():
@@ -405,10 +418,6 @@ class RolloutLoop:
         self.steps_done += 1
         if self.step_callback is not None:
             self.step_callback(self.steps_done, self.steps_total)
-
-    def _sync(self):
-        if self.runner.device.type == "cuda":
-            torch.cuda.synchronize(self.runner.device)
 
     def _info(self, chunk, step, frame_start, frames, frame_steps=None, num_steps=None):
         return PassInfo(chunk=chunk, step=step, num_steps=num_steps or self.schedule.num_steps,
@@ -427,12 +436,11 @@ class RolloutLoop:
         """Write a finished chunk's clean keys/values to the cache (at ``context_noise``)."""
         cfg = self.cfg
         frames = x0.shape[2]
-        sigma = torch.full((cfg.batch, frames), cfg.context_noise)
         clean = x0
         if cfg.context_noise > 0:
             noise = self.noise(chunk, self.schedule.num_steps, frames)
-            clean = add_noise(x0, noise, sigma.to(x0.device))
-        times = (1000.0 * sigma).to(self.runner.device)
+            clean = add_noise(x0, noise, torch.full((cfg.batch, frames), cfg.context_noise, device=x0.device))
+        times = 1000.0 * self._per_frame([cfg.context_noise], [frames])  # in float32, as the model's timesteps are
         self.runner.forward(clean, times, self.text, self.cache, self._info(chunk, -1, frame_start, frames),
                             commit=True, need_output=False)
 
@@ -520,19 +528,29 @@ class RolloutLoop:
             self.shot += 1
         return self.shot * self.cfg.multishot.rope_offset
 
-    def _report(self, chunk, frame_start, x0, seconds):
+    def _report(self, chunk, frame_start, x0, since: float) -> float:
+        """The chunk's report, read from the device in one transfer with the finite check: the chunk's one host
+        sync, which also ends its timing (the device has done all of it then). ``since``: when its time started;
+        returns when it ended."""
+        own = self.cache.report_figures()
+        figures = {**self.cache.chunk_stats(), **self.runner.attention.chunk_stats(),
+                   **{f"_cache_{k}": v for k, v in own.items()},
+                   "_finite": torch.isfinite(x0).all(), "_cache_bytes": self.cache.live_bytes_figure()}
+        extra = read_figures(figures)
+        self.cache.take_report({k: extra.pop(f"_cache_{k}") for k in own})
+        end = time.perf_counter()
+        seconds = end - since
+        if not extra.pop("_finite"):
+            raise FastARError(f"chunk {chunk} produced NaN or infinite values (check the model weights, dtype and "
+                              "conditioning)")
+        cache_bytes = int(extra.pop("_cache_bytes"))
         self.latent[:, :, frame_start:frame_start + x0.shape[2]] = x0.to(self.latent.device)
         x0 = self.latent[:, :, frame_start:frame_start + x0.shape[2]]  # a view: no second copy per chunk
-        extra = {**self.cache.chunk_stats(), **self.runner.attention.chunk_stats()}
-        report = ChunkReport(chunk, frame_start, x0.shape[2], seconds, self.cache.live_bytes(), x0, extra)
+        report = ChunkReport(chunk, frame_start, x0.shape[2], seconds, cache_bytes, x0, extra)
         self.reports.append(report)
         if self.callback is not None:
             self.callback(report)
-
-    def _check_finite(self, x0, chunk):
-        if not torch.isfinite(x0).all():
-            raise FastARError(f"chunk {chunk} produced NaN or infinite values (check the model weights, dtype and "
-                              "conditioning)")
+        return end
 
     # -- initial clean frames (image to video) ---------------------------------------------------------------
     def commit_initial(self, init: torch.Tensor):
@@ -552,7 +570,6 @@ class RolloutLoop:
         rebuilds = self.cache.rebuilds_each_chunk
         for c, (f0, frames) in enumerate(self.plan):
             self._check_cancel()
-            self._sync()
             t_start = time.perf_counter()
             self._update_prompt(f0)
             self.runner.family.before_chunk(self.cond, f0, frames)
@@ -573,7 +590,6 @@ class RolloutLoop:
                     nxt = torch.full((cfg.batch, frames), schedule.renoise_sigma(s + 1), device=self.runner.device)
                     x = add_noise(x0, self.noise(c, s + 1, frames), nxt)
                 self._tick()
-            self._check_finite(x0, c)
             # The final chunk's keys would never be read, nor those of a rollout's last chunk before a restart.
             if c < last and not rebuilds and not self.cfg.restart.segment_start(f0 + frames):
                 shots = self.cfg.multishot
@@ -581,8 +597,7 @@ class RolloutLoop:
                     self.cache.pin(range(position, position + frames))  # type: ignore[attr-defined]
                 self._clean_pass(c, x0, position)
             self._tick()
-            self._sync()
-            self._report(c, f0, x0, time.perf_counter() - t_start)
+            self._report(c, f0, x0, t_start)
 
     # -- rolling mode (Rolling Forcing) ------------------------------------------------------------------------
     def run_rolling(self) -> None:
@@ -599,8 +614,7 @@ class RolloutLoop:
             f0 = self.plan[first][0]
             self._update_prompt(self.plan[newest][0])
             x = torch.cat([noisy[b] for b in window], dim=2)
-            sig = torch.cat([torch.full((cfg.batch, self.plan[b][1]), sigmas[w - b]) for b in window], dim=1)
-            sig = sig.to(self.runner.device)
+            sig = self._per_frame([sigmas[w - b] for b in window], [self.plan[b][1] for b in window])
             frame_steps = [w - b for b in window for _ in range(self.plan[b][1])]
             times = self._times(self.schedule, [w - b for b in window], [self.plan[b][1] for b in window])
             x0_all = self._predict_x0(x, sig, times, self._info(newest, w - newest, f0, x.shape[2], frame_steps))
@@ -614,15 +628,11 @@ class RolloutLoop:
                     nxt = torch.full((cfg.batch, frames), self.schedule.renoise_sigma(s + 1), device=self.runner.device)
                     noisy[b] = add_noise(x0, self.noise(b, s + 1, frames), nxt)
                     continue
-                self._check_finite(x0, b)
                 del noisy[b]
                 if b < n_chunks - 1:
                     self._clean_pass(b, x0, self.plan[b][0])
-                self._sync()
                 # Windows overlap, so a chunk's time is the time since the previous chunk finished.
-                now = time.perf_counter()
-                self._report(b, self.plan[b][0], x0, now - self.last_report)
-                self.last_report = now
+                self.last_report = self._report(b, self.plan[b][0], x0, self.last_report)
             self._tick()
 
 

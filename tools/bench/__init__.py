@@ -8,7 +8,7 @@ from pathlib import Path
 
 def run_bench(args) -> int:
     out = Path(args.out)
-    if args.what in ("kernels", "gpu-rollout"):
+    if args.what in ("kernels", "gpu-rollout", "gpu-modes"):
         import torch
 
         if not torch.cuda.is_available():
@@ -66,6 +66,11 @@ def run_bench(args) -> int:
         from .rotated_keys import run_rotated_keys_bench
 
         run_rotated_keys_bench(out, frames=args.frames, model=args.model, seed=args.seed)
+    elif args.what == "launches":
+        from .launches import run_launches_bench
+
+        modes = args.modes.split(",") if args.modes else None
+        run_launches_bench(out, model=args.model, frames=args.frames, modes=modes, seed=args.seed)
     elif args.what == "cost-model":
         from .cost_model import run_cost_model
 
@@ -82,6 +87,10 @@ def run_bench(args) -> int:
         from .kernels import run_kernel_bench
 
         run_kernel_bench(out, time_budget_s=args.budget or 270)
+    elif args.what == "gpu-modes":
+        from .gpu_modes import run_gpu_modes
+
+        run_gpu_modes(out, budget_s=args.budget or 540, seed=args.seed)
     elif args.what == "gpu-rollout":
         from .gpu_rollout import run_gpu_rollout
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from ...fastar_core.caches.base import read_figures
 from ...fastar_core.fastar.attention import FastARAttention
 from ...fastar_core.fastar.config import FastARConfig
 from ...fastar_core.fastar.metrics import relative_error
@@ -41,7 +42,7 @@ def cross_attention_rows(q, tokens_per_frame: int, timer, real_tokens=(16, 64, 2
             seconds[name] = timer(attn.cross_attention, 0, q, k, v, info)
             attn.chunk_stats()  # drop the timing calls' tallies
             outputs[name] = attn.cross_attention(0, q, k, v, info)
-            kept[name] = attn.chunk_stats().get("ca_kept", 1.0)
+            kept[name] = read_figures(attn.chunk_stats()).get("ca_kept", 1.0)
         rows.append({
             "real_tokens": real, "prompt_tokens": PROMPT_TOKENS, "seconds": seconds,
             "kept_share": kept, "kept_real_tokens_after_prune": round(kept["pad_merge+prune"] * PROMPT_TOKENS - 1),

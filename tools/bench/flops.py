@@ -9,7 +9,10 @@ query tokens of a chunk with ``m`` cached tokens:
 - cross-attention over ``L`` prompt keys: ``2 * 2 n L d``;
 - self-attention over the cache and the chunk itself: ``2 * 2 n (m + n) d``;
 - TempCache matching, at the clean pass only: each new key's cosine against the ``r`` representatives,
-  ``2 n r d``.
+  ``2 n r d``;
+- a camera (LingBot-World 2.0): per layer ``camera_layers`` more ``d x d`` linears on every query token
+  (``cam_injector_layer1/2``, ``cam_scale_layer``, ``cam_shift_layer``: ``4 * 2 n d^2``), and once per pass the camera
+  embedding (``patch_embedding_wancamctrl``, 1,536 inputs, and two ``d x d`` layers).
 
 A chunk runs one forward per denoising step and one clean pass (skipped for the last chunk). What a chunk attends
 to, matches against and rebuilds is the cache policy's to say (``CacheCost.of``: the policy class's
@@ -27,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-PARTS = ("projections", "ffn", "cross_attention", "self_attention", "tempcache_matching")
+PARTS = ("projections", "ffn", "cross_attention", "self_attention", "tempcache_matching", "camera")
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class ModelShape:
     frames_per_block: int = 3
     steps: int = 4  # denoising forwards per chunk; the clean pass comes on top
     start_frames: int = 0  # given clean frames committed before the first chunk
+    camera_layers: int = 0  # d x d camera linears per layer on every token (LingBot-World 2.0: 4)
+    camera_inputs: int = 0  # inputs of the camera embedding run once per pass (LingBot-World 2.0: 1,536)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,16 +69,19 @@ LONGLIVE2_MODES = ("dense-global", "dense-window", "tempcache", "all")
 
 def shape_of_scenario(scenario, text_tokens: int | None = None) -> ModelShape:
     """The shapes a rollout bench scenario runs at (its model, frame size, chunk size and schedule)."""
+    from ...fastar_core.families.lingbot.config import LingBotConfig
     from ...fastar_core.rollout.schedule import get_schedule
 
     cfg = scenario.model.config
+    camera = {"camera_layers": 4, "camera_inputs": cfg.camera_dim} if isinstance(cfg, LingBotConfig) else {}
     ph, pw = cfg.patch_size[1], cfg.patch_size[2]
     tpf = (scenario.latent_hw[0] // ph) * (scenario.latent_hw[1] // pw)
     schedule = get_schedule(scenario.schedule)
     start = scenario.initial_latents.shape[2] if scenario.initial_latents is not None else 0
     return ModelShape(scenario.name, dim=cfg.dim, heads=cfg.num_heads, layers=cfg.num_layers, ffn=cfg.ffn_dim,
                       tokens_per_frame=tpf, text_tokens=text_tokens or scenario.context.shape[1],
-                      frames_per_block=scenario.frames_per_block, steps=schedule.num_steps, start_frames=start)
+                      frames_per_block=scenario.frames_per_block, steps=schedule.num_steps, start_frames=start,
+                      **camera)
 
 
 def _nothing(_frames: int) -> int:
@@ -129,8 +137,12 @@ def pass_flops(s: ModelShape, n: int, m: int, text_tokens: int | None = None, re
         "cross_attention": 2 * 2 * n * L * d,
         "self_attention": 2 * 2 * n * (m + n) * d,
         "tempcache_matching": 2 * n * reps * d,
+        "camera": s.camera_layers * 2 * n * d * d,
     }
-    return {k: v * s.layers for k, v in per_layer.items()}
+    out = {k: v * s.layers for k, v in per_layer.items()}
+    if s.camera_layers:
+        out["camera"] += 2 * n * s.camera_inputs * d + 2 * 2 * n * d * d
+    return out
 
 
 def rollout_flops(s: ModelShape, frames: int, cache: CacheCost | None = None, text_tokens: int | None = None) -> dict:

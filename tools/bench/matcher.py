@@ -26,7 +26,7 @@ from .report import line_plots, machine, write_json
 from .rollout import run_mode, timed_rollouts
 from .scenarios import CAPACITY_FRAMES, SINK_FRAMES, demo_scenario, wan_shapes_scenario
 
-CANDIDATES = (4, 16)
+CANDIDATES = (4, 8, 16)
 NEAR_BEST = 1e-3  # a group whose exact cosine is this close to the best one's is as good a match
 
 

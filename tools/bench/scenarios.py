@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ...fastar_core.families import longlive2
 from ...fastar_core.model.wan_config import WanConfig
 from ...fastar_core.model.wan_model import random_wan
 from ...fastar_core.rollout.engine import resolve_settings
@@ -89,10 +90,11 @@ def wan_shapes_scenario(seed: int = 0, device="cpu", heads: int | None = None, l
                     notes={"config": cfg.to_dict(), "tokens_per_frame": tpf, "dtype": str(dtype)})
 
 
-# LongLive 2.0 (configs/inference.yaml): chunks of 8 latent frames, local_attn_size 32 (the chunk included), sink 8.
-LONGLIVE2_CHUNK = 8
-LONGLIVE2_WINDOW = 32
-LONGLIVE2_SINK = 8
+# LongLive 2.0 (configs/inference.yaml): chunks of 8 latent frames, local_attn_size 32 (the chunk included), sink 8:
+# its family's own cache.
+LONGLIVE2_CHUNK = longlive2.FRAMES_PER_BLOCK
+LONGLIVE2_WINDOW = longlive2.WINDOW_FRAMES
+LONGLIVE2_SINK = longlive2.SINK_FRAMES
 
 
 def longlive2_scenario(seed: int = 0, device="cpu", heads: int | None = None, layers: int | None = None,
@@ -138,8 +140,9 @@ LINGBOT_TIMELINE = """variant lingbot
 """
 
 
-def lingbot_camera(frames: int, height: int, width: int):
-    """The bench's camera for ``frames`` latent frames: ``LINGBOT_TIMELINE`` repeated over the video."""
+def lingbot_path(frames: int):
+    """The bench's camera path (a ``CameraPath``) for ``frames`` latent frames: ``LINGBOT_TIMELINE`` repeated over
+    the video, its poses by the key motion model."""
     from ...fastar_core.families.lingbot.camera import check_path
     from ...fastar_core.rollout.action_script import parse_text
 
@@ -149,8 +152,12 @@ def lingbot_camera(frames: int, height: int, width: int):
     lines = [f"{float(e.split()[0]) + LINGBOT_PERIOD * k:g} {' '.join(e.split()[1:])}"
              for k in range(repeats) for e in entries]
     script = parse_text("\n".join([head, *lines]), "the bench's key timeline")
-    path = check_path(script.to_poses(video), script.intrinsics(), "the bench's key timeline")
-    return path.condition(frames, height, width)
+    return check_path(script.to_poses(video), script.intrinsics(), "the bench's key timeline")
+
+
+def lingbot_camera(frames: int, height: int, width: int):
+    """The bench's camera for ``frames`` latent frames at ``height x width`` pixels (``lingbot_path``'s)."""
+    return lingbot_path(frames).condition(frames, height, width)
 
 
 def lingbot_scenario(seed: int = 0, device="cpu", heads: int | None = None, layers: int | None = None,
@@ -235,10 +242,13 @@ def bench_modes(preset: str = "balanced", capacity: int = CAPACITY_FRAMES, sink:
         "tempcache": temp(annca=False, annsa=False),
         "tempcache-int8": (replace(temp(annca=False, annsa=False)[0], kv_quant="int8"),
                            temp(annca=False, annsa=False)[1]),
-        # The quantized top-1 search (caches/matching.py) in place of the exact one.
+        # The top-1 search named (caches/matching.py) whatever the device ("tempcache" takes "auto": quantized on
+        # CUDA, exact elsewhere).
         "tempcache-quantized": mode(preset=preset, tempcache_overrides={"capacity_frames": capacity,
                                                                         "matcher": "quantized"},
                                     attention_overrides={"annca": False, "annsa": False}),
+        "tempcache-exact": mode(preset=preset, tempcache_overrides={"capacity_frames": capacity, "matcher": "exact"},
+                                attention_overrides={"annca": False, "annsa": False}),
         "tempcache+annsa": temp(annca=False, annsa=True),
         "all": temp(annca=True, annsa=True),
         # AnnCA's per-frame prompt pruning on top (off in the presets): what it saves and what it costs.

@@ -159,19 +159,25 @@ class Trainer:
         EMA weights, the optimizer starts afresh. Words new to this vocabulary get fresh embeddings; words the
         file knows keep theirs. The file's training summary is kept as an earlier phase. Returns the file's
         tensors, for what a subclass saves beside the models."""
-        from ...fastar_core.errors import CheckpointError
         from ...fastar_core.families.demo.text import STATE_PREFIX
+        from ...fastar_core.families.demo.weights_file import (
+            check_encoder_shapes,
+            check_finite_tensors,
+            read_demo_metadata,
+        )
         from ...fastar_core.files.raw import read_raw
         from ...fastar_core.files.wan_checkpoint import checkpoint_errors
         from .settings import MODEL_PREFIX
 
+        meta = read_demo_metadata(path)  # every entry checked by type and range before it is used
         with checkpoint_errors(path):
-            tensors, metadata = read_raw(Path(path))
-            meta = metadata.get("demo")
-            if not isinstance(meta, dict) or not isinstance(meta.get("vocabulary"), list):
-                raise CheckpointError(path, "is not a demo weights file (its metadata has no demo entry with a "
-                                            "vocabulary)")
             self.check_weights_file(path, meta)
+
+            def shapes_fit(infos, _):
+                check_encoder_shapes(path, infos, meta, self.model_config)
+
+            tensors, _ = read_raw(Path(path), before_load=shapes_fit)
+            check_finite_tensors(path, tensors)  # a run started from NaN weights would train NaN
         model_state = {k[len(MODEL_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(MODEL_PREFIX)}
         text_state = {k[len(STATE_PREFIX):]: v.float() for k, v in tensors.items() if k.startswith(STATE_PREFIX)}
         embedding = self.text_encoder.token.weight.detach().clone()

@@ -55,13 +55,13 @@ def train_demo(out_dir, minutes: float | None = None, steps: int | None = None, 
     else:
         trainer = Trainer(out_dir, recipe, seed, log)
     if resuming:
-        _state_fits(state_path, lambda: trainer.load_state_dict(state))
+        _state_fits(state_path, trainer, lambda: trainer.load_state_dict(state))
         log(f"resumed at step {trainer.step} ({trainer.elapsed / 60:.1f} min so far)")
     elif init_from is not None and str(init_from).endswith(".safetensors"):
-        _state_fits(init_from, lambda: trainer.warm_start_from_weights(init_from))
+        _state_fits(init_from, trainer, lambda: trainer.warm_start_from_weights(init_from))
         log(f"initialised from the weights {init_from} ({trainer.phases[-1]['steps']} steps)")
     elif init_from is not None:
-        _state_fits(init_from, lambda: trainer.warm_start(state))
+        _state_fits(init_from, trainer, lambda: trainer.warm_start(state))
         log(f"initialised from {init_from} ({trainer.phases[-1]['steps']} steps)")
     out_dir.mkdir(parents=True, exist_ok=True)  # only once what it starts from has been read and accepted
     budget = None if minutes is None else minutes * 60.0
@@ -96,6 +96,8 @@ def read_training_state(path) -> dict:
     """A ``train_state.pt`` read through the engine's checked loader (``weights_only``, its pickle bounded before
     torch reads it), and checked to hold what a training state holds."""
     from ...fastar_core.errors import CheckpointError
+    from ...fastar_core.families.demo.weights_file import STATE_FIELDS, check_finite_tensors
+    from ...fastar_core.files.metadata_fields import check_fields
     from ...fastar_core.files.raw import read_raw
     from ...fastar_core.files.wan_checkpoint import checkpoint_errors
 
@@ -106,18 +108,30 @@ def read_training_state(path) -> dict:
         if missing:
             raise CheckpointError(path, f"is not a demo training state ({STATE_FILE}): it has no "
                                         f"{', '.join(missing[:4])}")
+        check_fields(path, state, STATE_FIELDS, "training state")
+        check_finite_tensors(path, state)  # weights or optimizer moments of NaN would train NaN
         return state
 
 
-def _state_fits(path, apply) -> None:
-    """Load a read state into the trainer; a state of another shape is one error naming the file."""
+def _state_fits(path, trainer, apply) -> None:
+    """Load a read state into the trainer; a state of another shape is one error naming the file. The optimizer's
+    moments are checked too: torch loads them without comparing their shapes with the weights', and a moment of
+    another shape would end the first step."""
     from ...fastar_core.errors import CheckpointError
 
     try:
         apply()
+    except CheckpointError:  # already one message naming the file
+        raise
     except (RuntimeError, KeyError, TypeError, ValueError, IndexError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(path, f"does not fit the demo model and its trainer: {first[:300]}") from None
+    for group in trainer.optimizer.param_groups:
+        for param in group["params"]:
+            for name, value in trainer.optimizer.state.get(param, {}).items():
+                if isinstance(value, torch.Tensor) and value.ndim and value.shape != param.shape:
+                    raise CheckpointError(path, f"its optimizer's {name} has shape {list(value.shape)} for a weight "
+                                                f"of shape {list(param.shape)}; the training state is damaged")
 
 
 def build_parser():
@@ -163,11 +177,14 @@ def main(argv=None) -> int:
         else:
             write_report(Path(args.out), notes=notes)
         return 0
-    train_demo(args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
-               resume=not args.fresh, checkpoint_minutes=args.checkpoint_minutes, report=not args.no_report,
-               batch=args.batch, init_from=args.init_from, world=args.world,
-               recipe_overrides=None if args.new_region_weight is None
-               else {"new_region_loss_weight": args.new_region_weight})
+    from ..outputs import removed_if_failed
+
+    with removed_if_failed(args.out):  # a run stopped before its first save leaves no empty folder
+        train_demo(args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
+                   resume=not args.fresh, checkpoint_minutes=args.checkpoint_minutes, report=not args.no_report,
+                   batch=args.batch, init_from=args.init_from, world=args.world,
+                   recipe_overrides=None if args.new_region_weight is None
+                   else {"new_region_loss_weight": args.new_region_weight})
     return 0
 
 

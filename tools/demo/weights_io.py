@@ -4,7 +4,8 @@
 The video model's keys carry ComfyUI's bundle prefix (``model.diffusion_model.``), which the engine's
 checkpoint loader strips, so ``load_wan_model`` and ``fastar info`` read the file as any Wan checkpoint; the text
 encoder sits beside it under ``text_encoder.``. The metadata holds the Wan config (``fastar_config``) and a
-``demo`` entry: vocabulary, trained span, recommended rollout settings and a training summary.
+``demo`` entry: vocabulary, trained span, recommended rollout settings and a training summary. It is read back,
+every entry checked, by ``fastar_core/families/demo/weights_file.py``.
 """
 
 from __future__ import annotations

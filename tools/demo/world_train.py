@@ -37,13 +37,13 @@ from ...fastar_core.families.demo.steer_world import (
     render_track,
     track_from_actions,
 )
+from ...fastar_core.families.demo.weights_file import WORLD_KIND
 from .data import clip_seed, step_generator
 from .settings import FRAME_HW, ROPE_MAX_DISTANCE, WORLD_FRAMES_PER_BLOCK, WORLD_MODEL_CONFIG, WORLD_SAMPLER
 from .teacher_forcing import TeacherForcingForward
 from .train import Trainer, TrainRecipe
 
 WORLD_PROMPT = "a calm and quiet textured background"
-WORLD_KIND = "steer"
 
 
 @dataclass

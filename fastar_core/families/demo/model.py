@@ -15,16 +15,18 @@ import torch
 
 from ...caches import CacheSpec
 from ...errors import FastARError
-from ...files.raw import read_raw
 from ...files.wan_checkpoint import checkpoint_errors, load_wan_model
 from ...forward.attention import DenseAttention
 from ...forward.runner import CausalRunner
 from ...model.wan_model import WanModel
 from ...rollout.sampler import ARSampler, RolloutConfig, RolloutResult
 from ...rollout.schedule import DenoisingSchedule, custom_schedule, unipc_schedule
+from .actions import STATE_PREFIX as ACTION_PREFIX
 from .actions import ActionEncoder
+from .steer_world import STEP
 from .text import STATE_PREFIX as TEXT_PREFIX
 from .text import PromptEncoder, TextEncoder, Tokenizer
+from .weights_file import check_against_model, read_demo_metadata, read_encoder_states
 
 
 @dataclass
@@ -100,26 +102,33 @@ class DemoModel:
 
 
 def load_demo_file(path, device="cpu") -> DemoModel:
-    """Load a demo model file (the bundled ones, or another written by ``train_demo``) in fp32."""
+    """Load a demo model file (the bundled ones, or another written by ``train_demo``) in fp32, every part checked
+    before it is used (``weights_file``): the metadata by type and range, the video model's layout, the encoders'
+    shapes, every weight finite."""
     path = Path(path)
     if not path.is_file():
         raise FastARError(f"{path}: no demo weights here; train them with `fastar train-demo --out <folder>`")
+    meta = read_demo_metadata(path)
     model, info = load_wan_model(path, dtype="fp32", device=device)
-    meta = info.metadata.get("demo")
-    if not isinstance(meta, dict):
-        raise FastARError(f"{path}: not a demo model file (no 'demo' metadata)")
-    tokenizer = Tokenizer(meta["vocabulary"], meta["text_len"])
-    encoder = TextEncoder(len(tokenizer.vocabulary), model.config.text_dim, meta["text_len"])
-    encoder.load_state_dict({k: v.float() for k, v in read_text_encoder_state(path).items()})
-    encoder = encoder.to(device).eval().requires_grad_(False)
-    action_encoder = (_load_action_encoder(path, meta, model.config.dim, model.config.in_dim, device)
-                      if "world" in meta else None)
+    with checkpoint_errors(path):
+        check_against_model(path, meta, model.config)
+        schedule = schedule_from_metadata(meta)
+        states = read_encoder_states(path, meta, model.config)
+        tokenizer = Tokenizer(meta["vocabulary"], meta["text_len"])
+        encoder = TextEncoder(len(tokenizer.vocabulary), model.config.text_dim, meta["text_len"])
+        encoder.load_state_dict(states[TEXT_PREFIX])
+        encoder = encoder.to(device).eval().requires_grad_(False)
+        action_encoder = None
+        if "world" in meta:
+            action_encoder = ActionEncoder(model.config.dim, meta["world"]["map_size"] // STEP,
+                                           meta["frames_per_block"])
+            action_encoder.load_state_dict(states[ACTION_PREFIX])
+            action_encoder = action_encoder.to(device).eval().requires_grad_(False)
     return DemoModel(
         model=model, text_encoder=encoder, tokenizer=tokenizer, frame_size=tuple(meta["frame_size"]),
-        channels=meta["channels"], frames_per_block=meta["frames_per_block"],
-        schedule=schedule_from_metadata(meta), rope_max_distance=meta["rope_max_distance"],
-        context_noise=meta.get("context_noise", 0.0), trained_span_frames=meta["trained_span_frames"], metadata=meta,
-        action_encoder=action_encoder,
+        channels=meta["channels"], frames_per_block=meta["frames_per_block"], schedule=schedule,
+        rope_max_distance=meta["rope_max_distance"], context_noise=meta.get("context_noise", 0.0),
+        trained_span_frames=meta["trained_span_frames"], metadata=meta, action_encoder=action_encoder,
     )
 
 
@@ -132,35 +141,3 @@ def schedule_from_metadata(meta: dict) -> DenoisingSchedule:
     if sampler.get("solver") != "unipc":
         raise FastARError(f"demo sampler {sampler!r}: only the 'unipc' solver is known (or no sampler entry)")
     return unipc_schedule(f"unipc-{sampler['steps']}", int(sampler["steps"]), float(sampler["shift"]))
-
-
-def _load_action_encoder(path, meta: dict, dim: int, in_dim: int, device):
-    from .actions import REFERENCE_INPUT, STATE_PREFIX, ActionEncoder
-    from .steer_world import STEP
-
-    world = meta["world"]
-    inputs = world.get("inputs")
-    if inputs not in (None, REFERENCE_INPUT):
-        raise FastARError(f"{path}: its world inputs {inputs!r} are unknown; this version reads world files without "
-                          f"inputs (keys only) or with {REFERENCE_INPUT!r}")
-    # Files before the moved reference frame read the noisy frame alone; the newer ones that and 2 * C + 1 more.
-    want = meta["channels"] * (2 if inputs else 1) + (1 if inputs else 0)
-    if in_dim != want:
-        raise FastARError(f"{path}: its patch embedding takes {in_dim} channels, but a world model with inputs "
-                          f"{inputs or 'keys only'!r} reads {want}")
-    encoder = ActionEncoder(dim, world["map_size"] // STEP, meta["frames_per_block"])
-    state = {k: v.float() for k, v in read_text_encoder_state(path, STATE_PREFIX).items()}
-    try:
-        encoder.load_state_dict(state)
-    except RuntimeError as e:
-        raise FastARError(f"{path}: its action encoder does not fit ({str(e).splitlines()[0][:200]})") from None
-    return encoder.to(device).eval().requires_grad_(False)
-
-
-def read_text_encoder_state(path, prefix: str = TEXT_PREFIX) -> dict:
-    """The text encoder's tensors (or those under another ``prefix``), read through the engine's checked loader
-    (only those tensors are read)."""
-    path = Path(path)
-    with checkpoint_errors(path):
-        tensors, _ = read_raw(path, before_load=lambda infos, _: [k for k in infos if k.startswith(prefix)])
-    return {k[len(prefix):]: v for k, v in tensors.items()}

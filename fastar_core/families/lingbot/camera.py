@@ -26,6 +26,7 @@ of them. Numbers: interpolation in float64, the rest in float32, as the release 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +112,7 @@ def resample_poses(poses: np.ndarray, count: int) -> np.ndarray:
     poses = np.asarray(poses, dtype=np.float64)
     n = poses.shape[0]
     if n == 1:
-        return np.repeat(poses, count, axis=0)
+        return np.repeat(key_poses(poses), count, axis=0)
     where = np.linspace(0, n - 1, count)
     left = np.clip(np.floor(where).astype(np.int64), 0, n - 2)
     fraction = where - left
@@ -124,32 +125,76 @@ def resample_poses(poses: np.ndarray, count: int) -> np.ndarray:
     out[:, :3, :3] = rotation
     out[:, :3, 3] = translation
     out[:, 3, 3] = 1.0
+    # A point on a pose takes that pose as ``key_poses`` gives it (a fraction of 0 gives the same rotation; the
+    # path's last point, a fraction of 1, would differ by a rounding): so a path's poses never depend on where it
+    # ends, and a live camera (``live.KeyCamera``) makes them frame by frame.
+    on_pose = (fraction == 0.0) | (fraction == 1.0)
+    out[on_pose] = key_poses(poses[left[on_pose] + (fraction[on_pose] == 1.0)])
+    return out
+
+
+def key_poses(poses: np.ndarray) -> np.ndarray:
+    """Poses ``[F, 4, 4]`` (float64) as a resampled path holds a point on them: the rotation through its unit
+    quaternion and back."""
+    out = np.zeros((poses.shape[0], 4, 4))
+    out[:, :3, :3] = rotation_matrices(quaternions(poses[:, :3, :3]))
+    out[:, :3, 3] = poses[:, :3, 3]
+    out[:, 3, 3] = 1.0
     return out
 
 
 # -- steps 2 and 3: relative motion ---------------------------------------------------------------------------------
+
+def _compose(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` over the last two dimensions, summed in a fixed order by elementwise operations, so each product
+    rounds alike however many are computed at once (a live camera makes a chunk's, a path all of its frames')."""
+    out = a[..., :, :1] * b[..., :1, :]
+    for k in range(1, a.shape[-1]):
+        out = out + a[..., :, k:k + 1] * b[..., k:k + 1, :]
+    return out
+
 
 def _inverse(poses: torch.Tensor) -> torch.Tensor:
     """Inverses of rigid poses ``[F, 4, 4]``: transposed rotation, the translation turned back."""
     rotation_t = poses[:, :3, :3].transpose(1, 2)
     out = torch.zeros_like(poses)
     out[:, :3, :3] = rotation_t
-    out[:, :3, 3:] = -rotation_t @ poses[:, :3, 3:]
+    out[:, :3, 3:] = -_compose(rotation_t, poses[:, :3, 3:])
     out[:, 3, 3] = 1.0
     return out
 
 
-def frame_motion(poses: torch.Tensor) -> torch.Tensor:
+def in_camera_of(first: torch.Tensor, poses: torch.Tensor) -> torch.Tensor:
+    """Poses ``[F, 4, 4]`` expressed in the camera of pose ``first`` (``[1, 4, 4]``), float32."""
+    return _compose(_inverse(first.float()), poses.float())
+
+
+def steps_between(previous: torch.Tensor, poses: torch.Tensor) -> torch.Tensor:
+    """Each of ``poses`` ``[F, 4, 4]`` as its motion since the pose before it (``previous`` ``[1, 4, 4]`` for the
+    first), translations not yet divided."""
+    chain = torch.cat([previous, poses])
+    return _compose(_inverse(chain[:-1]), chain[1:])
+
+
+def divide_translations(motion: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Every translation of ``motion`` divided by ``scale`` (a float32 scalar tensor, > 0)."""
+    out = motion.clone()
+    out[:, :3, 3] = motion[:, :3, 3] / scale
+    return out
+
+
+def frame_motion(poses: torch.Tensor, scale: float | None = None) -> torch.Tensor:
     """Per frame its motion since the frame before (frame 0: the identity), in the first frame's camera, with
-    translations divided by the path's longest (float32 ``[F, 4, 4]``)."""
-    poses = poses.float()
-    in_first = _inverse(poses[:1]) @ poses
+    translations divided by the path's longest (float32 ``[F, 4, 4]``). ``scale``: divide by it instead (a live
+    camera's fixed scale, ``live.KeyCamera``, which makes the same numbers frame by frame)."""
+    in_first = in_camera_of(poses[:1], poses)
     in_first[0] = torch.eye(4)
-    motion = in_first.clone()
-    motion[1:] = _inverse(in_first[:-1]) @ in_first[1:]
+    motion = torch.cat([in_first[:1], steps_between(in_first[:1], in_first[1:])])
+    if scale is not None:
+        return divide_translations(motion, torch.tensor(float(scale)))
     longest = motion[:, :3, 3].norm(dim=-1).max()
     if longest > 0:  # a camera that never moves keeps its zero translations
-        motion[:, :3, 3] = motion[:, :3, 3] / longest
+        motion = divide_translations(motion, longest)
     return motion
 
 
@@ -191,25 +236,45 @@ def camera_tokens(ray_image: torch.Tensor, patch_size=(1, 2, 2), stride: int = V
 
 # -- paths ----------------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+# A camera source: (latent frames known, latent frames needed) -> the motion ``[n, 4, 4]`` of the next n >= 1 frames.
+CameraSource = Callable[[int, int], torch.Tensor]
+
+
+@dataclass
 class CameraConditioning:
     """A rollout's camera: one relative motion per latent frame (``[T, 4, 4]`` float32) and the intrinsics at the
-    video's size; the rays of any latent frames on demand."""
+    video's size; the rays of any latent frames on demand. With a ``source`` (a live camera, ``live.KeyCamera``)
+    the motion grows as the rollout asks for frames (``require``, before every chunk)."""
 
     motion: torch.Tensor
     intrinsics: tuple  # fx, fy, cx, cy in video pixels
     height: int  # video pixels
     width: int
+    source: CameraSource | None = None
 
     @property
     def num_frames(self) -> int:
         return self.motion.shape[0]
 
+    def require(self, latent_frames: int) -> None:
+        """Make sure the motion covers latent frames ``0 .. latent_frames - 1``, asking the source for the rest."""
+        while self.num_frames < latent_frames and self.source is not None:
+            known = self.num_frames
+            rows = self.source(known, latent_frames)
+            if not torch.is_tensor(rows) or rows.ndim != 3 or rows.shape[1:] != (4, 4) or rows.shape[0] < 1:
+                got = list(rows.shape) if torch.is_tensor(rows) else type(rows).__name__
+                raise FastARError(f"the camera source gave {got} for latent frames {known}..{latent_frames - 1}; "
+                                  "it must give the motion [frames >= 1, 4, 4] of the next frames")
+            if not bool(rows.isfinite().all()):
+                raise FastARError(f"the camera source gave NaN or infinite motion for latent frames {known}..")
+            self.motion = torch.cat([self.motion, rows.float().cpu()])
+        if self.num_frames < latent_frames:
+            raise FastARError(f"the camera path covers {self.num_frames} latent frames; the rollout reached frame "
+                              f"{latent_frames - 1}: give a pose for every frame generated")
+
     def tokens(self, frame_start: int, frames: int, patch_size, device, dtype) -> torch.Tensor:
         """``[1, frames * tokens per frame, camera_dim]`` for latent frames ``frame_start ..``."""
-        if frame_start + frames > self.num_frames:
-            raise FastARError(f"the camera path covers {self.num_frames} latent frames; the rollout reached frame "
-                              f"{frame_start + frames - 1}: give a pose for every frame generated")
+        self.require(frame_start + frames)
         motion = self.motion[frame_start:frame_start + frames].to(device)
         image = rays(motion, tuple(float(v) for v in self.intrinsics), self.height, self.width)
         return camera_tokens(image, patch_size)[None].to(dtype)
@@ -228,18 +293,21 @@ class CameraPath:
     def num_frames(self) -> int:
         return self.poses.shape[0]
 
-    def latent_motion(self, latent_frames: int, span: int | None = None) -> torch.Tensor:
-        """Steps 1-3 for ``latent_frames`` over the first ``span`` poses (default: all of them)."""
+    def latent_motion(self, latent_frames: int, span: int | None = None, scale: float | None = None) -> torch.Tensor:
+        """Steps 1-3 for ``latent_frames`` over the first ``span`` poses (default: all of them); ``scale``: divide
+        translations by it, not by the path's longest (``frame_motion``)."""
         span = self.num_frames if span is None else span
         if not 1 <= span <= self.num_frames:
             raise FastARError(f"{self.source}: span {span} is not within its {self.num_frames} poses")
         resampled = torch.from_numpy(resample_poses(self.poses[:span], latent_frames)).float()
-        return frame_motion(resampled)
+        return frame_motion(resampled, scale)
 
-    def condition(self, latent_frames: int, height: int, width: int) -> CameraConditioning:
+    def condition(self, latent_frames: int, height: int, width: int,
+                  scale: float | None = None) -> CameraConditioning:
         """The camera of a video of ``latent_frames`` latent frames (``4 (T - 1) + 1`` video frames) at ``height x
         width`` pixels: its video frames' poses, latent frame ``t`` at video frame ``4 t``. A path shorter than
-        the video is refused; a longer one is cut at the video's end."""
+        the video is refused; a longer one is cut at the video's end. ``scale``: a fixed translation scale (a
+        live camera's replay), not the path's longest move."""
         video = 4 * (latent_frames - 1) + 1
         if self.num_frames < video:
             most = (self.num_frames - 1) // 4 + 1
@@ -247,13 +315,14 @@ class CameraPath:
                               f"{video} video frames (4 (T - 1) + 1): give a longer path, or at most {most} frames")
         if height % VAE_STRIDE or width % VAE_STRIDE:
             raise FastARError(f"video size {height}x{width} is not a multiple of the VAE's {VAE_STRIDE} pixels")
-        return self.conditioning_over(latent_frames, video, height, width)
+        return self.conditioning_over(latent_frames, video, height, width, scale)
 
-    def conditioning_over(self, latent_frames: int, span: int, height: int, width: int) -> CameraConditioning:
+    def conditioning_over(self, latent_frames: int, span: int, height: int, width: int,
+                          scale: float | None = None) -> CameraConditioning:
         """``latent_frames`` resampled over the first ``span`` poses (the release stretches a path this way when
         its length is not the video's)."""
         intrinsics = scaled_intrinsics(torch.from_numpy(self.intrinsics), height, width)
-        return CameraConditioning(self.latent_motion(latent_frames, span), tuple(float(v) for v in intrinsics),
+        return CameraConditioning(self.latent_motion(latent_frames, span, scale), tuple(float(v) for v in intrinsics),
                                   height, width)
 
 

@@ -8,30 +8,35 @@ the 1.3B (released after the code) is assumed to be laid out the same way at its
 layers), its T5 and VAE shared with the 14B: a folder of a config.json and one or more safetensors files.
 
 ``find_model_folder(path)`` accepts the folder, the release's root (holding ``transformers/``), or any weights or
-index file inside the folder. ``load_lingbot`` checks every key and shape of every shard against the module tree
-the config builds before a tensor is read, and builds the model.
+index file inside the folder. The sizes come from the folder's ``config.json``, or, where it holds the shards alone
+(as ComfyUI's model download leaves them), from the released size whose keys and shapes they are exactly
+(``config.RELEASED``). ``load_lingbot`` checks every key and shape of every shard against the module tree the
+config builds before a tensor is read, and builds the model.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import torch
 
 from ...errors import CheckpointError
-from ...files.family_keys import CONFIG_NAME, lingbot_folder
+from ...files.family_keys import CONFIG_NAME, LingBotFiles, lingbot_files
 from ...files.family_keys import LINGBOT_SUBFOLDER as SUBFOLDER
 from ...files.json_files import read_json
 from ...files.raw import SAFETENSORS_SUFFIXES, check_regular_file, read_raw
 from ...files.safetensors_reader import read_header
 from ...files.wan_checkpoint import checkpoint_errors, dtype_name
 from ...memory import format_bytes, free_bytes
-from .config import CLASS_NAME, LingBotConfig, from_reference_config, reference_config
+from .config import CLASS_NAME, RELEASED, LingBotConfig, from_reference_config, reference_config
 from .model import LingBotModel
 
 WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"
+METADATA_KEY = "fastar_config"  # a config.json's content, carried in a shard's own metadata
 INDEX_NAME = WEIGHTS_NAME + ".index.json"
 _ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 MAX_SHARDS = 1024
@@ -45,42 +50,62 @@ class LingBotCheckpoint:
     state_dict: dict
     dtype: torch.dtype
     file_dtypes: dict = field(default_factory=dict)
+    config_source: str = CONFIG_NAME  # where the sizes came from: the config.json, or the released size
 
     def summary(self) -> dict:
         return {"path": self.path, "family": "LingBot-World 2.0", "size": self.config.size,
+                "config_from": self.config_source,
                 "config": self.config.to_dict(), "dtype": dtype_name(self.dtype), "shards": len(self.shards),
                 "parameters": sum(t.numel() for t in self.state_dict.values())}
 
 
 def find_model_folder(path) -> Path | None:
-    """The ``from_pretrained`` folder ``path`` names, or None when it is not one (nor inside one)."""
-    return lingbot_folder(path)
+    """The folder of the model ``path`` names (``family_keys.lingbot_files``), or None when it names none."""
+    files = lingbot_files(path)
+    return None if files is None else files.folder
 
 
-def weight_files(folder: Path) -> tuple[list[Path], dict | None]:
-    """(the safetensors files, {key: file name} from the index or None): the index's when there is one, else every
-    ``*.safetensors`` in the folder."""
-    index_path = folder / INDEX_NAME
-    if index_path.is_file():
-        index = read_json(index_path, str(index_path), max_bytes=64 << 20)
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(weight_map, dict) or not weight_map or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
-            raise CheckpointError(index_path, "has no weight_map of tensor names to shard files")
+def read_index(index_path: Path) -> dict:
+    """{tensor name: shard file name} of a diffusers index, checked."""
+    index = read_json(index_path, str(index_path), max_bytes=64 << 20)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise CheckpointError(index_path, "has no weight_map of tensor names to shard files")
+    bad = [n for n in sorted(set(weight_map.values())) if Path(n).name != n or not n.endswith(SAFETENSORS_SUFFIXES)]
+    if bad:
+        raise CheckpointError(index_path, f"names {bad[0]!r} as a shard; shards are .safetensors files beside it")
+    return weight_map
+
+
+def weight_files(files: LingBotFiles) -> tuple[list[Path], dict | None]:
+    """(the safetensors files, {key: file name} from the index or None). A folder: its index's shards when it has
+    one, else every ``*.safetensors`` in it. Shards named on their own: their set, every one of which must be
+    there, and their index beside them when there is one."""
+    folder = files.folder
+    index_path = files.index if files.shards is not None else folder / INDEX_NAME
+    weight_map = read_index(index_path) if index_path is not None and index_path.is_file() else None
+    if files.shards is not None:
+        names = [f.name for f in files.shards]
+        missing = [n for n in names if not (folder / n).is_file()]
+        if missing:
+            raise CheckpointError(folder, f"holds {len(names) - len(missing)} of the {len(names)} shards of "
+                                          f"{names[0]} ({', '.join(missing[:3])} missing): download every shard")
+        if weight_map is not None and set(weight_map.values()) != set(names):
+            raise CheckpointError(index_path, f"lists other shards than {names[0]}'s set of {len(names)}")
+        return list(files.shards), weight_map
+    if weight_map is not None:
         names = sorted(set(weight_map.values()))
-        bad = [n for n in names if Path(n).name != n or not n.endswith(SAFETENSORS_SUFFIXES)]
-        if bad:
-            raise CheckpointError(index_path, f"names {bad[0]!r} as a shard; shards are .safetensors files beside it")
         missing = [n for n in names if not (folder / n).is_file()]
         if missing:
             raise CheckpointError(index_path, f"lists {len(missing)} shard(s) not in {folder} "
                                               f"({', '.join(missing[:3])}): download every shard")
         return [folder / n for n in names], weight_map
-    files = sorted(p for p in folder.iterdir() if p.name.endswith(SAFETENSORS_SUFFIXES) and p.is_file())
-    if not files:
+    found = sorted(p for p in folder.iterdir() if p.name.endswith(SAFETENSORS_SUFFIXES) and p.is_file())
+    if not found:
         raise CheckpointError(folder, f"holds {CONFIG_NAME} but no weights ({WEIGHTS_NAME}, or shards with "
                                       f"{INDEX_NAME})")
-    return files, None
+    return found, None
 
 
 def expected_shapes(config: LingBotConfig) -> dict:
@@ -89,46 +114,84 @@ def expected_shapes(config: LingBotConfig) -> dict:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def check_keys(folder: Path, declared: dict, config: LingBotConfig) -> None:
-    """Every key and shape of the model, and nothing else; else one error naming what differs."""
-    want = expected_shapes(config)
+@cache
+def released_shapes(size: str) -> dict:
+    return expected_shapes(RELEASED[size])
+
+
+def layout_errors(declared: dict, want: dict) -> tuple[int, list[str]]:
+    """(how many keys differ, what differs) between the shards' keys and shapes and ``want``."""
     missing = sorted(set(want) - set(declared))
     extra = sorted(set(declared) - set(want))
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing {len(missing)} keys ({', '.join(missing[:3])})")
-        if extra:
-            parts.append(f"{len(extra)} keys the model does not have ({', '.join(extra[:3])})")
-        raise CheckpointError(folder, "does not fit the LingBot-World 2.0 layout of its config.json: "
-                                      + "; ".join(parts))
-    bad = [(k, declared[k], want[k]) for k in want if tuple(declared[k]) != want[k]]
-    if bad:
+    bad = [(k, declared[k], want[k]) for k in want if k in declared and tuple(declared[k]) != want[k]]
+    parts = []
+    if missing:
+        parts.append(f"missing {len(missing)} keys ({', '.join(missing[:3])})")
+    if extra:
+        parts.append(f"{len(extra)} keys the model does not have ({', '.join(extra[:3])})")
+    if bad and not parts:
         k, got, exp = bad[0]
-        raise CheckpointError(folder, f"{k} has shape {list(got)}; its config.json gives {list(exp)} "
-                                      f"({len(bad)} tensors differ)")
+        parts.append(f"{k} has shape {list(got)}; its config gives {list(exp)} ({len(bad)} tensors differ)")
+    return len(missing) + len(extra) + len(bad), parts
+
+
+def check_keys(folder: Path, declared: dict, config: LingBotConfig, source: str = f"its {CONFIG_NAME}") -> None:
+    """Every key and shape of the model, and nothing else; else one error naming what differs."""
+    _, errors = layout_errors(declared, expected_shapes(config))
+    if errors:
+        raise CheckpointError(folder, f"does not fit the LingBot-World 2.0 layout of {source}: " + "; ".join(errors))
+
+
+def released_size(folder: Path, declared: dict) -> LingBotConfig:
+    """The released size whose keys and shapes the shards are exactly (a folder without its config.json)."""
+    differences = {size: layout_errors(declared, released_shapes(size)) for size in RELEASED}
+    size, (count, errors) = min(differences.items(), key=lambda item: item[1][0])
+    if count == 0:
+        return RELEASED[size]
+    raise CheckpointError(folder, f"has no {CONFIG_NAME} and its shards are none of the released LingBot-World 2.0 "
+                                  f"sizes (closest, {size}: {'; '.join(errors)}): put the {CONFIG_NAME} of its "
+                                  "transformers/ folder beside them")
+
+
+def config_in_metadata(headers: dict) -> tuple[LingBotConfig, str] | None:
+    """The sizes a shard carries in its ``fastar_config`` metadata (a config.json's content), if any does."""
+    for f, header in headers.items():
+        carried = header.metadata.get(METADATA_KEY)
+        if carried is None:
+            continue
+        try:
+            return from_reference_config(json.loads(carried)), f"{f.name}'s {METADATA_KEY} metadata"
+        except (ValueError, TypeError) as e:
+            raise CheckpointError(f, f"its {METADATA_KEY} metadata is not a LingBot config.json: {e}") from None
+    return None
 
 
 def load_lingbot_checkpoint(path, dtype: torch.dtype | None = None,
                             config: LingBotConfig | None = None) -> LingBotCheckpoint:
-    """Read and check a LingBot-World 2.0 ``from_pretrained`` folder; ``config`` overrides its ``config.json``."""
-    folder = find_model_folder(path) if config is None else Path(path)
-    if folder is None:
-        raise CheckpointError(path, f"is not a LingBot-World 2.0 model folder (a {CONFIG_NAME} naming {CLASS_NAME} "
-                                    f"beside its safetensors, or a folder holding {SUBFOLDER}/ with them)")
+    """Read and check a LingBot-World 2.0 model (``find_model_folder``'s kinds of path). Its sizes, in order: the
+    ``config`` given, its folder's ``config.json``, a shard's ``fastar_config`` metadata, or the released size its
+    keys and shapes are."""
+    files = lingbot_files(path) if config is None else LingBotFiles(Path(path))
+    if files is None:
+        raise CheckpointError(path, f"is not a LingBot-World 2.0 model: a folder of its safetensors shards (with "
+                                    f"the {CONFIG_NAME} naming {CLASS_NAME} beside them, or a folder holding "
+                                    f"{SUBFOLDER}/ with them), or its shards on their own")
+    folder = files.folder
     with checkpoint_errors(folder):
-        if config is None:
+        source = "(given)"
+        if config is None and files.config is not None:
+            source = str(files.config)
             try:
-                config = from_reference_config(read_json(folder / CONFIG_NAME, str(folder / CONFIG_NAME)))
+                config = from_reference_config(read_json(files.config, source))
             except ValueError as e:
-                raise CheckpointError(folder / CONFIG_NAME, str(e)) from None
-        files, weight_map = weight_files(folder)
-        if len(files) > MAX_SHARDS:
-            raise CheckpointError(folder, f"{len(files)} weight files; at most {MAX_SHARDS}")
+                raise CheckpointError(files.config, str(e)) from None
+        shard_files, weight_map = weight_files(files)
+        if len(shard_files) > MAX_SHARDS:
+            raise CheckpointError(folder, f"{len(shard_files)} weight files; at most {MAX_SHARDS}")
         headers: dict = {}
         declared: dict = {}
         owner: dict[str, Path] = {}
-        for f in files:
+        for f in shard_files:
             header = read_header(f, check_regular_file(f))
             headers[f] = header
             for k, info in header.tensors.items():
@@ -138,20 +201,28 @@ def load_lingbot_checkpoint(path, dtype: torch.dtype | None = None,
                     raise CheckpointError(f, f"{k} has dtype {info.dtype}, which is not a weight dtype")
                 declared[k], owner[k] = tuple(info.shape), f
         if weight_map is not None:
+            index_path = files.index or folder / INDEX_NAME
             wrong = [k for k, f in weight_map.items() if owner.get(k) is None or owner[k].name != f]
             if wrong or set(weight_map) != set(declared):
                 k = (wrong or sorted(set(weight_map) ^ set(declared)))[0]
-                raise CheckpointError(folder / INDEX_NAME, f"does not match its shards ({k}: the index says "
-                                                           f"{weight_map.get(k)}, found in "
-                                                           f"{owner[k].name if k in owner else 'none'})")
-        check_keys(folder, declared, config)
+                raise CheckpointError(index_path, f"does not match its shards ({k}: the index says "
+                                                  f"{weight_map.get(k)}, found in "
+                                                  f"{owner[k].name if k in owner else 'none'})")
+        if config is None:
+            carried = config_in_metadata(headers)
+            if carried is not None:
+                config, source = carried
+            else:
+                config = released_size(folder, declared)
+                source = f"the released {config.size} model's config (recognised by its keys and shapes)"
+        check_keys(folder, declared, config, f"its {CONFIG_NAME}" if source.endswith(CONFIG_NAME) else source)
         need = sum(info.nbytes for h in headers.values() for info in h.tensors.values())
         free = free_bytes("cpu")
         if free is not None and need > free:
             raise CheckpointError(folder, f"its tensors take {format_bytes(need)} but the host has "
                                           f"{format_bytes(free)} free; refused before reading them")
         raw: dict = {}
-        for f in files:
+        for f in shard_files:
             tensors, _ = read_raw(f)
             raw.update(tensors)
         stored = Counter(t.dtype for t in raw.values())
@@ -161,7 +232,7 @@ def load_lingbot_checkpoint(path, dtype: torch.dtype | None = None,
             if not bool(torch.isfinite(t).all()):
                 raise CheckpointError(owner[k], f"{k} holds NaN or infinite values; the weights are damaged")
         counts = {dtype_name(d): n for d, n in stored.most_common()}
-        return LingBotCheckpoint(str(folder), config, [str(f) for f in files], sd, target, counts)
+        return LingBotCheckpoint(str(folder), config, [str(f) for f in shard_files], sd, target, counts, source)
 
 
 def build_lingbot(ckpt: LingBotCheckpoint, device="cpu") -> LingBotModel:
@@ -177,35 +248,41 @@ def load_lingbot(path, dtype: torch.dtype | None = None, device="cpu",
     return build_lingbot(ckpt, device=device), ckpt
 
 
-def save_lingbot(model: LingBotModel, folder, dtype=torch.float32, max_shard_bytes: int | None = None) -> Path:
+def save_lingbot(model: LingBotModel, folder, dtype=torch.float32, max_shard_bytes: int | None = None,
+                 shards: int | None = None, config_in_files: bool = False) -> Path:
     """Write a model as the release lays it out: ``config.json`` and the weights, in shards of at most
-    ``max_shard_bytes`` with an index when given (what tests and the tiny host models use). Returns the folder."""
-    import json
-
+    ``max_shard_bytes`` (or in ``shards`` shards) with an index when sharded. ``config_in_files``: the config in
+    every shard's ``fastar_config`` metadata instead, and neither config.json nor index: shards on their own, as a
+    model download leaves them (what the tiny host models use). Returns the folder."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
-    (folder / CONFIG_NAME).write_text(json.dumps(reference_config(model.config), indent=2) + "\n")
-    if max_shard_bytes is None:
-        save_file(sd, str(folder / WEIGHTS_NAME))
+    config = json.dumps(reference_config(model.config), indent=None if config_in_files else 2)
+    metadata = {METADATA_KEY: config} if config_in_files else None
+    if not config_in_files:
+        (folder / CONFIG_NAME).write_text(config + "\n")
+    if max_shard_bytes is None and shards is None:
+        save_file(sd, str(folder / WEIGHTS_NAME), metadata=metadata)
         return folder
-    shards: list[dict] = [{}]
+    total = sum(v.numel() * v.element_size() for v in sd.values())
+    limit = max_shard_bytes if shards is None else -(-total // shards)
+    groups: list[dict] = [{}]
     size = 0
     for k, v in sd.items():
         nbytes = v.numel() * v.element_size()
-        if shards[-1] and size + nbytes > max_shard_bytes:
-            shards.append({})
+        if groups[-1] and size + nbytes > limit and (shards is None or len(groups) < shards):
+            groups.append({})
             size = 0
-        shards[-1][k] = v
+        groups[-1][k] = v
         size += nbytes
     weight_map = {}
-    for i, shard in enumerate(shards, start=1):
-        name = f"diffusion_pytorch_model-{i:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(folder / name))
+    for i, shard in enumerate(groups, start=1):
+        name = f"diffusion_pytorch_model-{i:05d}-of-{len(groups):05d}.safetensors"
+        save_file(shard, str(folder / name), metadata=metadata)
         weight_map.update(dict.fromkeys(shard, name))
-    total = sum(v.numel() * v.element_size() for v in sd.values())
-    (folder / INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
-                                                indent=2) + "\n")
+    if not config_in_files:
+        (folder / INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
+                                                    indent=2) + "\n")
     return folder

@@ -116,3 +116,13 @@ def reference_config(c: LingBotConfig) -> dict:
             "in_dim": c.in_dim, "dim": c.dim, "ffn_dim": c.ffn_dim, "freq_dim": c.freq_dim, "out_dim": c.out_dim,
             "num_heads": c.num_heads, "num_layers": c.num_layers, "local_attn_size": c.local_attn_size,
             "sink_size": c.sink_size, "eps": c.eps}
+
+
+def released_config(size: str) -> LingBotConfig:
+    """The ``config.json`` of a released size, as ``WanModelFast`` reads it: the 14B's as the release writes it
+    (``model_type`` i2v, 36 input channels, no window of its own), the 1.3B assumed to differ only in its sizes."""
+    return from_reference_config({"_class_name": CLASS_NAME, "model_type": "i2v", "in_dim": 36,
+                                  "local_attn_size": -1, "sink_size": 0, **SIZES[size]})
+
+
+RELEASED = {size: released_config(size) for size in SIZES}

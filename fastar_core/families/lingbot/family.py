@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from ...errors import FastARError
 from ...forward.family import ModelFamily, register_family
-from .config import CONCAT_CHANNELS, VAE_STRIDE, LingBotConfig
+from ...rollout.conditioning import check_first_frame_conditioning
+from .config import VAE_STRIDE, LingBotConfig
 from .rollout import default_cache
 
 
@@ -34,6 +35,7 @@ def inject_camera(blk, x: torch.Tensor, camera: torch.Tensor) -> torch.Tensor:
 @register_family
 class LingBotFamily(ModelFamily):
     name = "lingbot-world-2"
+    restartable = False  # its image and camera are read by absolute latent frame
 
     def __init__(self, config: LingBotConfig):
         self.config = config
@@ -78,18 +80,7 @@ class LingBotFamily(ModelFamily):
         if cfg.channels != c.out_dim:
             raise FastARError(f"the rollout's latent channels ({cfg.channels}) must be the model's {c.out_dim}")
         super().check_rollout(cfg, cond)  # a prompt (T5 features)
-        concat = cond.concat
-        want = (cfg.batch, CONCAT_CHANNELS, cfg.latent_height, cfg.latent_width)
-        if concat is None or concat.ndim != 5 or (concat.shape[0], concat.shape[1], *concat.shape[3:]) != want:
-            got = "none" if concat is None else list(concat.shape)
-            raise FastARError(f"the image conditioning has shape {got}; expected [{cfg.batch}, {CONCAT_CHANNELS}, "
-                              f"frames, {cfg.latent_height}, {cfg.latent_width}] (the 4-channel first-frame mask, then "
-                              "the start image's 16-channel latent)")
-        if concat.shape[2] < cfg.num_frames:
-            raise FastARError(f"the image conditioning covers {concat.shape[2]} latent frames; the rollout makes "
-                              f"{cfg.num_frames}")
-        if not concat.isfinite().all():
-            raise FastARError("the image conditioning contains NaN or infinite values")
+        check_first_frame_conditioning(cond, cfg)
         camera = cond.camera
         if not isinstance(camera, CameraConditioning):
             raise FastARError("LingBot-World 2.0 is steered by a camera path: give Conditioning.camera (a camera "
@@ -99,10 +90,14 @@ class LingBotFamily(ModelFamily):
         if (camera.height, camera.width) != size:
             raise FastARError(f"the camera's rays are for {camera.height}x{camera.width} pixels; the rollout's "
                               f"latents are {size[0]}x{size[1]}")
-        if camera.num_frames < cfg.num_frames:
+        if camera.source is None and camera.num_frames < cfg.num_frames:
             raise FastARError(f"the camera path covers {camera.num_frames} latent frames; the rollout makes "
                               f"{cfg.num_frames}")
         self._camera_key = None
+
+    def before_chunk(self, cond, frame_start: int, frames: int) -> None:
+        """A live camera (one with a source) makes the chunk's motion now."""
+        cond.camera.require(frame_start + frames)
 
     # -- the forward's hooks --------------------------------------------------------------------------------
     def encode_context(self, runner, cond, segment):

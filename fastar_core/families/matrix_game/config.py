@@ -9,6 +9,9 @@ variants differ in their keys, mouse and window:
 | universal | 4    | yes   | 6      | 1000, 666, 333        |
 | gta_drive | 2    | yes   | 4      | 1000, 666, 333        |
 | templerun | 7    | no    | 6      | 1000, 750, 500, 250   |
+
+``RELEASED`` holds those three configs (the ``config.json`` of each distilled model), so a released file that
+sits alone in a models folder, as ComfyUI's model download leaves it, is still read with its own sizes.
 """
 
 from __future__ import annotations
@@ -175,3 +178,16 @@ def from_reference_config(d: dict) -> MatrixGameConfig:
     if "patch_size" in d:
         kw["patch_size"] = tuple(d["patch_size"])
     return MatrixGameConfig(**kw, action=action_config(d.get("action_config") or {}))
+
+
+def _released(keys: int, mouse: bool, window: int) -> MatrixGameConfig:
+    """A released distilled model's config.json: Wan2.1-1.3B's sizes, action modules in blocks 0-14."""
+    return MatrixGameConfig(dim=1536, num_heads=12, num_layers=30, ffn_dim=8960, freq_dim=256, text_len=512,
+                            local_attn_size=window,
+                            action=ActionConfig(blocks=tuple(range(15)), keyboard_dim_in=keys, enable_mouse=mouse))
+
+
+# The three released variants' configs (Skywork/Matrix-Game-2.0: base_distilled_model, gta_distilled_model,
+# templerun_distilled_model), by variant. Their keys and shapes tell them apart (4 keys and a mouse, 2 keys and a
+# mouse, 7 keys and none), which is how the loader recognises a released file that has no config.json beside it.
+RELEASED = {"universal": _released(4, True, 6), "gta_drive": _released(2, True, 4), "templerun": _released(7, False, 6)}

@@ -12,15 +12,17 @@ import torch
 
 from ...errors import FastARError
 from ...forward.family import ModelFamily, register_family
+from ...rollout.conditioning import check_first_frame_conditioning
 from .action import action_module
 from .caches import FrameWindowCache
-from .config import CONCAT_CHANNELS, MatrixGameConfig
+from .config import MatrixGameConfig
 from .rollout import FRAMES_PER_BLOCK, default_cache
 
 
 @register_family
 class MatrixGameFamily(ModelFamily):
     name = "matrix-game-2"
+    restartable = False
 
     def __init__(self, config: MatrixGameConfig):
         self.config = config
@@ -54,6 +56,12 @@ class MatrixGameFamily(ModelFamily):
     def live_variant(self) -> str:
         return self.config.variant
 
+    def fastar_attention_refusal(self) -> str:
+        return ("FAST-AR's attention patch is written for Wan's text-conditioned block (AnnCA merges a padded text "
+                "prompt), and Matrix-Game 2.0 attends to the start image's CLIP tokens and runs an action module in "
+                "its blocks. FAST-AR's TempCache does run on it: leave the MODEL unpatched and set the Long Video "
+                "Sampler's cache_policy to tempcache (it then holds what the model's own window holds)")
+
     @property
     def action_layers(self) -> tuple:
         return tuple(sorted(self.config.action.blocks))
@@ -82,19 +90,9 @@ class MatrixGameFamily(ModelFamily):
             got = "none" if clip is None else list(clip.shape)
             raise FastARError(f"CLIP-vision features have shape {got}; expected [batch ({cfg.batch}) or 1, tokens, "
                               f"{c.clip_dim}] (257 tokens from CLIP ViT-H/14)")
-        concat = cond.concat
-        want = (cfg.batch, CONCAT_CHANNELS, cfg.latent_height, cfg.latent_width)
-        if concat is None or concat.ndim != 5 or (concat.shape[0], concat.shape[1], *concat.shape[3:]) != want:
-            got = "none" if concat is None else list(concat.shape)
-            raise FastARError(f"the image conditioning has shape {got}; expected [{cfg.batch}, {CONCAT_CHANNELS}, "
-                              f"frames, {cfg.latent_height}, {cfg.latent_width}] (the 4-channel first-frame mask, then "
-                              "the start image's 16-channel latent)")
-        if concat.shape[2] < cfg.num_frames:
-            raise FastARError(f"the image conditioning covers {concat.shape[2]} latent frames; the rollout makes "
-                              f"{cfg.num_frames}")
-        for name, t in (("CLIP-vision features", clip), ("image conditioning", concat)):
-            if not t.isfinite().all():
-                raise FastARError(f"the {name} contain NaN or infinite values")
+        check_first_frame_conditioning(cond, cfg)
+        if not clip.isfinite().all():
+            raise FastARError("the CLIP-vision features contain NaN or infinite values")
         if self.action_layers:
             if cond.actions is None:
                 keys = "keyboard and mouse" if c.action.enable_mouse else "keyboard"

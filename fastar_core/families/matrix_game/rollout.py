@@ -36,5 +36,9 @@ def rollout_config(config: MatrixGameConfig, num_frames: int, latent_height: int
                          cache=cache or default_cache(config), batch=batch, channels=config.out_dim)
 
 
-def matrix_game_conditioning(image_latent: torch.Tensor, clip: torch.Tensor, actions: Actions) -> Conditioning:
-    return Conditioning(concat=first_frame_conditioning(image_latent), clip=clip, actions=actions)
+def matrix_game_conditioning(image_latent: torch.Tensor, clip: torch.Tensor, actions: Actions,
+                             frame_index: torch.Tensor | None = None) -> Conditioning:
+    """``frame_index`` [T]: which frame of ``image_latent`` each latent frame reads, when the blank frames' latents
+    repeat and are kept once (frame 0, the image, is read by frame 0 alone)."""
+    return Conditioning(concat=first_frame_conditioning(image_latent), clip=clip, actions=actions,
+                        concat_index=frame_index)
