@@ -38,26 +38,30 @@ log = logging.getLogger("FAST-AR")
 class LiveWorld:
     DESCRIPTION = ("Plays a world model live: while the prompt runs, this node shows each chunk's frames as they are "
                    "made, with the frame rate and the cache's size, and W A S D and the arrows (and the mouse, for "
-                   "Matrix-Game's mouse variants) steer it while the node is selected. Runs Matrix-Game 2.0 and the "
-                   "bundled demo world (on a CPU too) with the model's own chunk size and steps; Cancel stops it "
-                   "at once. Outputs the latent, the actions played (ACTIONS and a script), and a report: the Long "
-                   "Video Sampler with the same inputs, schedule \"model's own\" and these actions makes the same "
-                   "latent.")
+                   "Matrix-Game's mouse variants) steer it while the node is selected. Runs Matrix-Game 2.0, "
+                   "LingBot-World 2.0 (keys walk its camera) and the bundled demo world (on a CPU too) with the "
+                   "model's own chunk size and steps; Cancel stops it at once. Outputs the latent, the actions played "
+                   "(ACTIONS and a script), and a report: the Long Video Sampler with the same inputs, schedule "
+                   "\"model's own\" and these actions makes the same latent.")
 
     @classmethod
     def INPUT_TYPES(cls):
         return {
             "required": {
-                "model": link("MODEL", "A world model: Matrix-Game 2.0, or the demo world (Load AR Video Model's "
-                                       "bundled entry). Through FAST-AR Attention to play it with FAST-AR."),
-                "positive": link("CONDITIONING", "Where the world starts: World Model Start (Matrix-Game 2.0) or Demo "
-                                                 "World Start (the demo world)."),
-                "width": int_input(WORLD_WIDTH, 4, MAX_RESOLUTION, "Video width in pixels (Matrix-Game 2.0: 640; the "
-                                                                   "demo world: 24).", step=4),
+                "model": link("MODEL", "A world model: Matrix-Game 2.0, LingBot-World 2.0, or the demo world (Load AR "
+                                       "Video Model's bundled entry). Through FAST-AR Attention to play it with "
+                                       "FAST-AR."),
+                "positive": link("CONDITIONING", "Where the world starts: World Model Start (Matrix-Game 2.0), LingBot "
+                                                 "World Start (LingBot-World 2.0) or Demo World Start (the demo "
+                                                 "world)."),
+                "width": int_input(WORLD_WIDTH, 4, MAX_RESOLUTION, "Video width in pixels (Matrix-Game 2.0: 640; "
+                                                                   "LingBot-World 2.0: 832; the demo world: 24).",
+                                   step=4),
                 "height": int_input(WORLD_HEIGHT, 4, MAX_RESOLUTION, "Video height in pixels (Matrix-Game 2.0: 352; "
-                                                                     "the demo world: 24).", step=4),
-                "length": int_input(241, 2, MAX_LENGTH, "Video frames to play (Matrix-Game: 4k+1; the demo world: "
-                                                        "any). Cancel ends a play early (with no output)."),
+                                                                     "LingBot-World 2.0: 480; the demo world: 24).",
+                                    step=4),
+                "length": int_input(241, 2, MAX_LENGTH, "Video frames to play (Matrix-Game, LingBot: 4k+1; the demo "
+                                                        "world: any). Cancel ends a play early (with no output)."),
                 "seed": seed_input("Seed of every noise draw; with the played actions, the same video again."),
                 "cache_policy": combo(CACHE_POLICIES, "As the Long Video Sampler's: auto is TempCache when FAST-AR "
                                                       "turns it on, else the model's own cache."),
@@ -88,7 +92,7 @@ class LiveWorld:
         variant = family.live_variant()
         if variant is None:
             raise FastARError(f"the MODEL is {family.describe()}, which is not steered: Live World plays world models "
-                              "(Matrix-Game 2.0, the demo world); use the Long Video Sampler")
+                              "(Matrix-Game 2.0, LingBot-World 2.0, the demo world); use the Long Video Sampler")
         frames_per_block, schedule = family.own_rollout()
         geometry = geometry_of(family, diffusion_model_of(model))
         total = geometry.check_length("length", length)
@@ -97,7 +101,7 @@ class LiveWorld:
         ar_model = resolve_model(model)
         play = LivePlay(variant)
         given = SamplerInputs(positive=positive, actions=play, latent_frames=total, latent_h=latent_h,
-                              latent_w=latent_w, schedule=MODEL_OWN)
+                              latent_w=latent_w, schedule=MODEL_OWN, frames_per_block=frames_per_block)
         settings = RolloutSettings(frames_per_block=frames_per_block, schedule=schedule, seed=seed,
                                    cache_policy=cache_policy)
         request = build_request(ar_model, given, settings, notes=[

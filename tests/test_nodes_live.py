@@ -261,3 +261,55 @@ def test_the_live_node_refuses_a_model_nobody_steers_and_a_batch(live):
         demo_actions = NODES["FastAR_ActionScript"]().build("demo_world", 16.0, "0 D")[0]
         NODES["FastAR_LongVideoSampler"]().sample(model, positive, 24, 24, 9, frames_per_block=1,
                                                   actions=demo_actions)
+
+
+def test_lingbot_plays_live_its_keys_walk_the_camera_and_the_script_replays_bit_for_bit(live, tmp_path):
+    """LingBot-World 2.0 through its family's live variant: the keys held at each chunk walk a live camera
+    (``lingbot/live.KeyCamera``, one call per chunk); the script names the play's fixed translation scale, so the
+    Long Video Sampler replays it through the release's path maths to the same latent."""
+    from test_lingbot import TINY as LINGBOT_TINY
+    from test_nodes_lingbot import FOLDER, HEIGHT, LENGTH, WIDTH, shard, start
+
+    from comfyui_fastar.fastar_core.families.lingbot.checkpoint import save_lingbot
+    from comfyui_fastar.fastar_core.families.lingbot.model import random_lingbot
+    from comfyui_fastar.fastar_core.rollout.action_script import parse_text
+
+    save_lingbot(random_lingbot(LINGBOT_TINY, seed=4), tmp_path / FOLDER, max_shard_bytes=200_000)
+    model = NODES["FastAR_LoadARVideoModel"]().load(shard(tmp_path), "default", "none", 5.0)[0]
+    positive = start()[0]
+    # The second chunk starts at video frame 13 (latent frame 4); the play waits 1 s after each chunk (max_fps 13).
+    steer_on_frames(live, [(4, ["w"]), (LENGTH, ["ArrowLeft", "d"])])
+    out = NODES["FastAR_LiveWorld"]().play(model, positive, WIDTH, HEIGHT, LENGTH, 3, "auto", 13.0, unique_id="7")
+    latent, actions, script, report = out["result"]
+    assert actions.variant == "lingbot" and actions.translation_scale == 0.25  # 4 frames of walking at 16 fps
+    assert "translation_scale 0.25" in script and parse_text(script) == actions
+    held = {e.frame: e.keys for e in actions.entries}
+    # The second chunk's frames hold what the page held then (and W, if it was pressed after the first chunk began:
+    # a key pressed between two pulls steers the next chunk).
+    assert {"D", "J"} <= set(held.get(13, ())) <= {"W", "D", "J"}, script
+    assert "keys played live (lingbot)" in report
+    replay, replay_report = NODES["FastAR_LongVideoSampler"]().sample(
+        model, positive, WIDTH, HEIGHT, LENGTH, frames_per_block=4, schedule="model's own", seed=3, actions=actions)
+    assert torch.equal(replay["samples"], latent["samples"])
+    assert "not LingBot-World 2.0's own" not in replay_report
+    # The scale reaches the model: the same keys divided by another make another video (a negative control).
+    halved = parse_text(script.replace("translation_scale 0.25\n", "translation_scale 0.5\n"))
+    other, _ = NODES["FastAR_LongVideoSampler"]().sample(
+        model, positive, WIDTH, HEIGHT, LENGTH, frames_per_block=4, schedule="model's own", seed=3, actions=halved)
+    assert not torch.equal(other["samples"], latent["samples"])
+    frames = [d for e, d in live.messages if e == "fastar.live.frames"]
+    assert [d["frames"] for d in frames] == [4, 3]
+
+
+def test_a_camera_scripts_translation_scale_is_checked_and_kept():
+    from comfyui_fastar.fastar_core.rollout.action_script import parse_script, parse_text
+
+    assert parse_text("variant lingbot\n0 W\n").camera_scale() is None  # the release's: the path's longest move
+    fixed = parse_text("variant lingbot\ntranslation_scale 0.25\n0 W\n")
+    assert fixed.camera_scale() == 0.25 and parse_text(fixed.to_text()) == fixed
+    assert parse_script(fixed.to_dict()) == fixed
+    for bad in ("-1", "nan", "x"):
+        with pytest.raises(FastARError, match="translation_scale"):
+            parse_text(f"variant lingbot\ntranslation_scale {bad}\n0 W\n")
+    with pytest.raises(FastARError, match="translation_scale is not for universal"):
+        parse_script({"variant": "universal", "translation_scale": 1, "timeline": [{"at": 0, "keys": []}]})

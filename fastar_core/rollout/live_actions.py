@@ -16,6 +16,12 @@ chunk before (a tap between two chunks still steers one chunk). Keys that cannot
 two keys of a one-at-a-time variant) resolve to the one pressed last. What the sampler pulled is the rollout's
 ``Actions``, so a play replays as the script ``script_from_tensors`` writes of them.
 
+A camera variant (LingBot-World 2.0's ``lingbot``) is steered the same way, through its family's live camera
+instead of action tensors: ``held_motion`` is the camera's source of held keys (``lingbot/live.KeyCamera``), each
+chunk's video frames holding what is held when the chunk starts. Its translations are divided by a fixed
+``translation_scale`` (``camera_motion.live_translation_scale``), which its script names, so the script replays
+the play through the release's path maths bit for bit.
+
 ``PlayRegistry`` holds the plays that are running, by an unguessable id: only those take keys.
 """
 
@@ -29,6 +35,7 @@ import secrets
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..errors import FastARError
@@ -39,9 +46,11 @@ from .action_script import (
     ActionScript,
     Variant,
     _opposite,
+    script_from_held,
     script_from_tensors,
 )
 from .actions import Actions
+from .camera_motion import live_translation_scale
 
 MAX_BODY_BYTES = 4096  # a key state is a few dozen bytes
 MAX_JSON_DEPTH = 4  # {"keys": [...], "mouse": [...]} nests two deep
@@ -225,6 +234,9 @@ class LivePlay:
         self.updates = 0
         self.pulled = 0  # frames handed to the sampler
         self.played: Actions | None = None
+        # a camera variant: the divisor of its translations, and the letters held in each video frame pulled
+        self.translation_scale = live_translation_scale(self.fps) if self.variant.camera else 0.0
+        self._held_frames: list = []
 
     def actions(self, still_frames: int = 0) -> Actions:
         """The rollout's ``Actions``: ``still_frames`` frames with no key held (a start view that holds still), then
@@ -237,6 +249,12 @@ class LivePlay:
 
     def script(self, frames: int) -> ActionScript:
         """What was played over the video's first ``frames`` frames, as the shortest script that replays it."""
+        if self.variant.camera:
+            if len(self._held_frames) < frames:
+                raise FastARError(f"the play holds the keys of {len(self._held_frames)} frames; its video has "
+                                  f"{frames}")
+            return script_from_held(self._held_frames[:frames], self.variant.name, self.fps, "the played keys",
+                                    translation_scale=self.translation_scale)
         if self.played is None or self.played.num_frames < frames:
             have = 0 if self.played is None else self.played.num_frames
             raise FastARError(f"the play holds the actions of {have} frames; its video has {frames}")
@@ -259,13 +277,33 @@ class LivePlay:
         with self._lock:
             return resolve_held(self.variant, self._held)
 
+    def held_motion(self, first: int, last: int) -> np.ndarray:
+        """A camera variant's source of held keys: video frames ``first .. last - 1`` each hold the keys held now
+        (and any pressed since the call before), as rows of (forward, right, up, turn right)."""
+        if not self.variant.camera:
+            raise FastARError(f"{self.variant.name} is steered by action tensors (the play's actions()), not a camera")
+        if first != len(self._held_frames) or last <= first:
+            raise FastARError(f"the play has the keys of {len(self._held_frames)} video frames; asked for "
+                              f"{first}..{last - 1}")
+        letters = self._take_letters()
+        self._held_frames.extend([letters] * (last - first))
+        self.pulled += last - first
+        row = np.sum([self.variant.of(k).motion for k in letters], axis=0) if letters else np.zeros(4)
+        return np.tile(np.asarray(row, dtype=np.float64), (last - first, 1))
+
+    def _take_letters(self) -> tuple:
+        """The keys that steer the next frames: those held now and any pressed since the last pull."""
+        with self._lock:
+            letters = resolve_held(self.variant, [*self._pressed, *self._held])
+            self._pressed.clear()
+            return letters
+
     def __call__(self, known: int, need: int):
         """The actions of frames ``known .. need - 1`` (the sampler's source call): the keys held now and any
         pressed since the last call, and the mouse movement since then spread over those frames."""
         frames = max(1, need - known)
+        letters = self._take_letters()
         with self._lock:
-            letters = resolve_held(self.variant, [*self._pressed, *self._held])
-            self._pressed.clear()
             dx, dy = self._mouse
             self._mouse = [0.0, 0.0]
             self.pulled += frames
