@@ -8,8 +8,10 @@ The node classes (and torch with them) are imported when ComfyUI first reads the
 is imported: the command line starts without them, so its own error handling is in place before torch loads.
 """
 
+# The front-end extension ComfyUI serves as /extensions/<pack folder>/*.js: the Live World node's view and keys.
+WEB_DIRECTORY = "./web"
 __version__ = "0.1.0"
-__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "__version__"]
+__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY", "__version__"]
 _NODE_NAMES = ("NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS")
 
 

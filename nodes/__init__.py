@@ -1,11 +1,16 @@
 """ComfyUI node classes (V1 API). Importing this package never imports ComfyUI: the nodes reach it at run time
 through ``host.py``, which falls back to plain Python when ComfyUI is not loaded."""
 
+from .host import comfy_loaded, get_host
+from .live import live_routes
 from .node_action_script import ActionScriptNode
 from .node_attention import FastARAttentionPatch
 from .node_camera_path import CameraPathNode
+from .node_demo_world_frames import DemoWorldFrames
+from .node_demo_world_start import DemoWorldStart
 from .node_image_to_video import ARImageToVideo
 from .node_lingbot_start import LingBotWorldStart
+from .node_live_world import LiveWorld
 from .node_loader import LoadARVideoModel
 from .node_long_sampler import LongVideoSampler
 from .node_prompt_schedule import ARPromptScheduleNode
@@ -26,6 +31,9 @@ NODE_CLASS_MAPPINGS = {
     "FastAR_WorldModelStart": WorldModelStart,
     "FastAR_LingBotWorldStart": LingBotWorldStart,
     "FastAR_CameraPath": CameraPathNode,
+    "FastAR_LiveWorld": LiveWorld,
+    "FastAR_DemoWorldStart": DemoWorldStart,
+    "FastAR_DemoWorldFrames": DemoWorldFrames,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -40,6 +48,12 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "FastAR_WorldModelStart": "World Model Start (Matrix-Game)",
     "FastAR_LingBotWorldStart": "LingBot World Start (LingBot-World 2.0)",
     "FastAR_CameraPath": "Camera Path (LingBot-World 2.0)",
+    "FastAR_LiveWorld": "Live World (play)",
+    "FastAR_DemoWorldStart": "Demo World Start",
+    "FastAR_DemoWorldFrames": "Demo World Frames",
 }
+
+if comfy_loaded():  # the live plays' key route, on ComfyUI's own server
+    get_host().add_routes(live_routes())
 
 __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]

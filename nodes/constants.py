@@ -29,6 +29,8 @@ WORLD_START_INDEX_KEY = "fastar_world_start_index"
 # Key in a conditioning entry's dict where a start node records the video's (width, height, length, node name): the
 # one place they are set (video_size.py).
 VIDEO_SIZE_KEY = "fastar_video_size"
+# Key in a conditioning entry's dict that carries the demo world's start: {"map_seed", "x", "y"} (Demo World Start).
+DEMO_WORLD_START_KEY = "fastar_demo_world_start"
 # Matrix-Game 2.0's own size (352x640) and the CLIP vision tokens it attends to (ViT-H penultimate layer).
 WORLD_WIDTH, WORLD_HEIGHT = 640, 352
 CLIP_VISION_TOKENS = 257
@@ -53,7 +55,9 @@ SCHEDULE_PRESETS = {
     "Matrix-Game 3-step": "matrix-game",
     "LongLive 2.0 4-step (UniPC)": "longlive2",
     "LingBot-World 4-step": "lingbot",
+    "model's own": "own",  # the step list of the MODEL's own inference (a world model's; the demo world's file's)
 }
+MODEL_OWN = "model's own"
 # The engine's own names, so a node can never offer a choice the engine refuses.
 CACHE_POLICIES = CACHE_CHOICES
 SAMPLER_MODES = MODE_CHOICES

@@ -159,6 +159,19 @@ WEIGHT_DTYPES = ("default", "bf16", "fp16", "fp32", "fp8_e4m3fn", "fp8_e4m3fn_fa
 ENGINE_WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
+class RawLatentFormat:
+    """The demo world's latent format: its latent is the RGB video itself, in [-1, 1]."""
+
+    latent_channels = 3
+    latent_dimensions = 3
+
+    def process_in(self, latent):
+        return latent
+
+    def process_out(self, latent):
+        return latent
+
+
 class WorldModelContainer(torch.nn.Module):
     """What a MODEL's ``.model`` offers the pack's samplers (``diffusion_model``, ``latent_format``, the dtype)
     for a module tree of the engine's own."""
@@ -259,6 +272,25 @@ class ComfyHost:
         mm.throw_exception_if_processing_interrupted()  # raises ComfyUI's own interrupt (clean "interrupted" run)
         raise GenerationCancelled("interrupted")
 
+    # -- live plays: messages to the page, routes on ComfyUI's own server -----------------------------------------
+    def send_live(self, event: str, data: dict) -> None:
+        """A websocket message to the page that queued the running prompt (ComfyUI's own channel)."""
+        from server import PromptServer
+
+        server = PromptServer.instance
+        server.send_sync(event, data, server.client_id)
+
+    def add_routes(self, routes) -> bool:
+        """Add ``(method, path, handler)`` routes to ComfyUI's server (its middlewares and trust model apply); False
+        where no server runs in this process (ComfyUI imported as a library)."""
+        server_module = sys.modules.get("server")
+        server = getattr(getattr(server_module, "PromptServer", None), "instance", None)
+        if server is None:
+            return False
+        for method, path, handler in routes:
+            server.routes.route(method, path)(handler)
+        return True
+
     # -- model building -------------------------------------------------------------------------------------------
     def model_from_checkpoint(self, ckpt, weight_dtype: str, shift: float, disable_dynamic: bool = False):
         """A native MODEL built by ComfyUI's loader from the engine's normalised state dict.
@@ -296,15 +328,16 @@ class ComfyHost:
         self._set_shift(patcher, shift)
         return patcher
 
-    def world_model(self, diffusion_model, info: dict):
-        """A MODEL over the engine's own Matrix-Game 2.0 module tree, which ComfyUI's loaders do not build (its
-        action modules and CLIP-only context): ComfyUI's ModelPatcher moves it to the device and back like any
-        model; only the pack's samplers run it."""
+    def world_model(self, diffusion_model, info: dict, raw_latent: bool = False):
+        """A MODEL over the engine's own world module tree (Matrix-Game 2.0's, the demo world's), which ComfyUI's
+        loaders do not build (action modules, CLIP-only context): ComfyUI's ModelPatcher moves it to the device and
+        back like any model; only the pack's samplers run it. ``raw_latent``: its latent is the video (the demo)."""
         import comfy.latent_formats
         import comfy.model_management as mm
         import comfy.model_patcher
 
-        container = WorldModelContainer(diffusion_model, comfy.latent_formats.Wan21())
+        latent_format = RawLatentFormat() if raw_latent else comfy.latent_formats.Wan21()
+        container = WorldModelContainer(diffusion_model, latent_format)
         return comfy.model_patcher.ModelPatcher(container, load_device=mm.get_torch_device(),
                                                 offload_device=mm.unet_offload_device())
 

@@ -1,6 +1,7 @@
 """A LingBot-World 2.0 rollout's inputs as the nodes pass them: LingBot World Start's conditioning (the prompt's UMT5
 features carrying the start video's latent) and a camera (a Camera Path node's folder, or an Action Script of the
-``lingbot`` variant), checked against the MODEL and the sampler's size, turned into the engine's ``Conditioning``."""
+``lingbot`` variant, or a play's keys: Live World), checked against the MODEL and the sampler's size, turned into the
+engine's ``Conditioning``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import torch
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.families.lingbot.camera import CameraConditioning, CameraPath, check_path
+from ..fastar_core.families.lingbot.live import KeyCamera
 from ..fastar_core.families.lingbot.rollout import FRAMES_PER_BLOCK, SCHEDULE
 from ..fastar_core.rollout.action_script import ActionScript
 from ..fastar_core.rollout.conditioning import Conditioning, first_frame_conditioning
+from ..fastar_core.rollout.live_actions import LivePlay
 from ..fastar_core.rollout.prompts import PromptSchedule
 from ..fastar_core.rollout.video_geometry import pixel_size, video_frames
-from .constants import SCHEDULE_PRESETS, WORLD_START_INDEX_KEY, WORLD_START_KEY
+from .constants import MODEL_OWN, SCHEDULE_PRESETS, WORLD_START_INDEX_KEY, WORLD_START_KEY
 from .family_inputs import FamilyInputs, SamplerInputs, batch_rows, item_of
 from .prompting import ARPromptSchedule, conditioning_entry
 from .upstream import ignored_conditioning
@@ -24,10 +27,12 @@ START_NODE = "LingBot World Start"
 VARIANT = "lingbot"
 
 
-def camera_of(actions, latent_frames: int) -> tuple[CameraPath, str]:
-    """The camera path an 'actions' input gives for a video of ``latent_frames`` latent frames, and what it is."""
+def camera_of(actions, latent_frames: int, height: int, width: int) -> tuple[CameraConditioning, str]:
+    """The camera an 'actions' input gives for a video of ``latent_frames`` latent frames of ``height`` x ``width``
+    pixels, and what it is."""
     if isinstance(actions, CameraPath):
-        return actions, f"camera path {actions.source} ({actions.num_frames} poses)"
+        return (actions.condition(latent_frames, height, width),
+                f"camera path {actions.source} ({actions.num_frames} poses)")
     if isinstance(actions, ActionScript):
         if actions.variant != VARIANT:
             raise FastARError(f"the Action Script is for {actions.variant}, but this MODEL is LingBot-World 2.0, "
@@ -35,7 +40,16 @@ def camera_of(actions, latent_frames: int) -> tuple[CameraPath, str]:
                               "arrows look)")
         frames = video_frames(latent_frames)
         path = check_path(actions.to_poses(frames), actions.intrinsics(), "the Action Script's key timeline")
-        return path, "keys " + actions.describe(frames)
+        return (path.condition(latent_frames, height, width, scale=actions.camera_scale()),
+                "keys " + actions.describe(frames))
+    if isinstance(actions, LivePlay):
+        if actions.variant.name != VARIANT:
+            raise FastARError(f"the play's keys are {actions.variant.name}'s, but this MODEL is LingBot-World 2.0")
+        # The keys held at each chunk walk the camera, its moves divided by the play's fixed scale (the script
+        # that replays it names the same one).
+        camera = KeyCamera(height, width, fps=actions.fps, scale=actions.translation_scale,
+                           held=actions.held_motion)
+        return camera.conditioning(), f"keys played live ({VARIANT})"
     if actions is None:
         raise FastARError("this MODEL is LingBot-World 2.0, steered by a camera: connect a Camera Path node (a folder "
                           "with poses.npy and intrinsics.npy) or an Action Script of variant lingbot to 'actions'")
@@ -48,8 +62,9 @@ class LingBotInputs(FamilyInputs):
     prompt: torch.Tensor  # [B or 1, L, 4096] UMT5 features
     start: torch.Tensor  # [B or 1, 16, T or D, h, w] raw VAE latent of the start image and the blank frames after it
     index: torch.Tensor | None  # [T]: which of start's D distinct frames each latent frame is (None: frame t is t)
-    camera: CameraConditioning  # the same for every video
+    camera: CameraConditioning  # the same for every video (a live one makes each chunk's motion when pulled)
     steering: str
+    latent_frames: int  # of the video
     notes: list = field(default_factory=list)
 
     def check_batch(self, batch: int) -> None:
@@ -58,7 +73,7 @@ class LingBotInputs(FamilyInputs):
 
     def conditioning(self, model, r: int) -> Conditioning:
         start = model.latent_format.process_in(item_of(self.start, r).float())
-        index = None if self.index is None else self.index[:self.camera.num_frames]
+        index = None if self.index is None else self.index[:self.latent_frames]
         return Conditioning(prompts=PromptSchedule.coerce(item_of(self.prompt, r).float()),
                             concat=first_frame_conditioning(start), concat_index=index, camera=self.camera)
 
@@ -72,7 +87,7 @@ def own_settings_notes(given: SamplerInputs) -> list[str]:
     notes = []
     if given.sigmas is not None:
         notes.append(f"custom sigmas replace LingBot-World 2.0's own step list ('{label}')")
-    elif SCHEDULE_PRESETS.get(given.schedule) != SCHEDULE:
+    elif given.schedule != MODEL_OWN and SCHEDULE_PRESETS.get(given.schedule) != SCHEDULE:
         notes.append(f"schedule '{given.schedule}' is not LingBot-World 2.0's own ('{label}')")
     if given.frames_per_block != FRAMES_PER_BLOCK:
         notes.append(f"frames_per_block {given.frames_per_block} is not LingBot-World 2.0's own chunk "
@@ -107,7 +122,6 @@ def read_lingbot_inputs(model, given: SamplerInputs) -> LingBotInputs:
                           f"{video_frames(covers)} frames, but the sampler makes {pixel_size(latent_w)}x"
                           f"{pixel_size(latent_h)} for {video_frames(frames)}: link {START_NODE}'s width, height "
                           "and length to the sampler's")
-    path, steering = camera_of(given.actions, frames)
-    camera = path.condition(frames, pixel_size(latent_h), pixel_size(latent_w))
+    camera, steering = camera_of(given.actions, frames, pixel_size(latent_h), pixel_size(latent_w))
     notes = own_settings_notes(given) + ignored_conditioning(extras)
-    return LingBotInputs(tokens, start, index, camera, steering, notes)
+    return LingBotInputs(tokens, start, index, camera, steering, frames, notes)

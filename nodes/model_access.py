@@ -15,9 +15,9 @@ import torch
 
 from ..fastar_core.errors import FastARError
 from ..fastar_core.forward.family import ModelFamily, family_for
-from ..fastar_core.forward.runner import CausalRunner
+from ..fastar_core.forward.runner import CausalRunner, runner_for
 from ..fastar_core.rollout.engine import EngineSettings, resolve_settings
-from ..fastar_core.rollout.video_geometry import VAE_STRIDES
+from ..fastar_core.rollout.video_geometry import VAE_STRIDES, VideoGeometry, vae_stride
 from .constants import FASTAR_OPTIONS_KEY, TORCH_COMPILE_KWARGS_KEY
 
 
@@ -76,6 +76,10 @@ class ARModel:
         return self.family.latent_channels(self.diffusion_model)
 
     @property
+    def geometry(self) -> VideoGeometry:
+        return geometry_of(self.family, self.diffusion_model)
+
+    @property
     def vae_stride(self) -> int:
         """Pixels per latent row/column of the VAE this model's latents come from (8: Wan2.1, 16: Wan2.2)."""
         return VAE_STRIDES[self.latent_channels]
@@ -83,8 +87,23 @@ class ARModel:
     def runner(self) -> CausalRunner:
         # With partial loading some weights stay offloaded (ComfyUI casts them per call), so the device of the
         # first weight is not where activations belong: use the patcher's load device.
-        return CausalRunner(self.diffusion_model, dtype=self.dtype, device=self.device,
-                            compile_kwargs=self.compile_kwargs, family=self.family)
+        return runner_for(self.diffusion_model, self.family, dtype=self.dtype, device=self.device,
+                          compile_kwargs=self.compile_kwargs)
+
+
+def geometry_of(family: ModelFamily, diffusion_model) -> VideoGeometry:
+    """How a MODEL's latents map to the video: its family's say, else the Wan VAE its latent channels name."""
+    own = family.geometry(diffusion_model)
+    return own if own is not None else VideoGeometry(spatial=vae_stride(family.latent_channels(diffusion_model)))
+
+
+def own_schedule(family: ModelFamily):
+    """The schedule "model's own" means for this family (its own inference's), refused for one without."""
+    own = family.own_rollout()
+    if own is None:
+        raise FastARError(f"schedule \"model's own\": the MODEL is {family.describe()}, whose step list depends on "
+                          "the checkpoint; choose its preset (Self-Forcing 4-step, CausVid 3-step, ...)")
+    return own[1]
 
 
 def diffusion_model_of(patcher):

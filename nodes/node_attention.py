@@ -36,7 +36,9 @@ class FastARAttentionPatch:
     @classmethod
     def INPUT_TYPES(cls):
         return {"required": {
-            "model": link("MODEL", "A Wan2.1 T2V MODEL (from Load AR Video Model or Load Diffusion Model)."),
+            "model": link("MODEL", "A Wan2.1 T2V or Wan2.2 TI2V-5B MODEL (from Load AR Video Model or Load "
+                                   "Diffusion Model), or a world model from Load AR Video Model (Matrix-Game 2.0, "
+                                   "the demo world)."),
             "preset": combo(FASTAR_PRESETS, "off: dense reference. quality: TempCache at threshold 0.95 + AnnCA. "
                                             "balanced: the paper's defaults (TempCache 0.9, AnnCA, AnnSA). fast: more "
                                             "merging, 7-bit buckets, 15-frame capacity.", default="balanced"),
@@ -77,7 +79,7 @@ class FastARAttentionPatch:
         refusal = family.fastar_attention_refusal()
         if refusal:
             raise FastARError(f"FAST-AR Attention cannot patch {family.describe()}: {refusal}")
-        family.check_model(dm)  # Wan's block: the one FAST-AR's attention patch is written for
+        family.check_model(dm)  # a module tree the runner drives: Wan's, or a world family's
         layers = (layers or "all").strip()
         if layers == "auto":
             raise FastARError("layers 'auto' needs a calibration file, which this node does not take; use 'all' or "

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from ..fastar_core.errors import FastARError
+from ..fastar_core.families.demo.family import attach_world
+from ..fastar_core.families.demo.model import load_demo_file
 from ..fastar_core.families.lingbot.checkpoint import build_lingbot, load_lingbot_checkpoint
 from ..fastar_core.families.lingbot.rollout import FRAMES_PER_BLOCK as LINGBOT_CHUNK
 from ..fastar_core.families.lingbot.rollout import SCHEDULE as LINGBOT_SCHEDULE
 from ..fastar_core.families.matrix_game.checkpoint import build_matrix_game, load_matrix_game_checkpoint
-from ..fastar_core.files.model_files import is_lingbot, is_matrix_game_file
+from ..fastar_core.files.model_files import is_demo_world_file, is_lingbot, is_matrix_game_file
 from ..fastar_core.files.wan_checkpoint import WEIGHTS_ENTRY_CHOICES, load_checkpoint
 from ..fastar_core.rollout.action_script import VARIANTS
 from .constants import CATEGORY
@@ -17,6 +20,9 @@ from .host import WEIGHT_DTYPES, get_host
 from .inputs import combo, float_input
 
 NO_LORA = "none"
+# The demo world shipped with the pack (a CPU is enough), offered beside the files in models/diffusion_models.
+BUNDLED_DEMO_WORLD = "demo world (bundled with ComfyUI-FastAR)"
+BUNDLED_DEMO_WORLD_FILE = Path(__file__).resolve().parents[1] / "tools" / "demo" / "weights" / "world_model.safetensors"
 ENGINE_DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}  # others: ComfyUI casts (fp8) or picks (default)
 
 
@@ -74,6 +80,20 @@ def load_lingbot_model(host, path: str, weight_dtype: str, lora_name: str):
                                                          + VARIANTS["lingbot"].valid_keys()})
 
 
+def load_demo_world(host, path, weight_dtype: str, lora_name: str):
+    """A steered demo world file as a MODEL that only the pack's samplers run (in fp32: it is tiny)."""
+    if lora_name and lora_name != NO_LORA:
+        raise FastARError(f"lora_name {lora_name}: the demo world takes no LoRA (set it to none)")
+    if weight_dtype not in ("default", "fp32"):
+        raise FastARError(f"weight_dtype {weight_dtype}: the demo world runs in fp32 (choose default or fp32)")
+    demo = load_demo_file(path)
+    model = host.world_model(attach_world(demo), {"weight_dtype": "fp32"}, raw_latent=True)
+    summary = {"family": "demo world", "path": str(path), "frame_size": list(demo.frame_size),
+               "frames_per_block": demo.frames_per_block, "schedule": demo.schedule.name,
+               "map_size": demo.metadata["world"]["map_size"], "keys": "W A S D or the arrows (variant demo_world)"}
+    return (model, json.dumps(summary, indent=1))
+
+
 class LoadARVideoModel:
     DESCRIPTION = ("Loads a Wan2.1 autoregressive checkpoint (Self-Forcing, CausVid, Rolling Forcing, LongLive, Krea, "
                    "Causal Forcing; .safetensors or .pt), a Matrix-Game 2.0 world model (its released .safetensors "
@@ -90,11 +110,12 @@ class LoadARVideoModel:
     def INPUT_TYPES(cls):
         host = get_host()
         return {"required": {
-            "model_name": combo(host.list_files("diffusion_models"),
+            "model_name": combo([*host.list_files("diffusion_models"), BUNDLED_DEMO_WORLD],
                                 "Checkpoint in models/diffusion_models (or models/unet): e.g. self_forcing_dmd.pt, "
                                 "rolling_forcing_dmd.pt, longlive_base.pt, causal_forcing.pt. Training files "
                                 "(generator_ema, FSDP prefixes) are handled. LingBot-World 2.0: any shard of its "
-                                "folder (lingbot-world-v2-14b-causal-fast/transformers/...) loads the whole folder."),
+                                "folder (lingbot-world-v2-14b-causal-fast/transformers/...) loads the whole folder. "
+                                "The last entry is the pack's own demo world, which runs on a CPU."),
             "weight_dtype": combo(WEIGHT_DTYPES,
                                   "Weight dtype. 'default' lets ComfyUI choose for your device (bf16/fp16 on GPUs, "
                                   "fp32 on CPU); fp8 halves memory at a small quality cost."),
@@ -125,7 +146,11 @@ class LoadARVideoModel:
 
     def load(self, model_name, weight_dtype="default", lora_name=NO_LORA, shift=5.0, weights_entry="auto"):
         host = get_host()
+        if model_name == BUNDLED_DEMO_WORLD:
+            return load_demo_world(host, BUNDLED_DEMO_WORLD_FILE, weight_dtype, lora_name)
         path = host.full_path("diffusion_models", model_name)
+        if is_demo_world_file(path):
+            return load_demo_world(host, path, weight_dtype, lora_name)
         if is_matrix_game_file(path):
             return load_world_model(host, path, weight_dtype, lora_name)
         if is_lingbot(path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from ..fastar_core.errors import FastARError
-from ..fastar_core.rollout.video_geometry import VAE_STRIDES, check_pixel_size, check_video_frames
 from .constants import (
     ACTIONS,
     CACHE_POLICIES,
@@ -14,6 +13,7 @@ from .constants import (
     FRAMES_PER_BLOCK,
     MAX_LENGTH,
     MAX_RESOLUTION,
+    MODEL_OWN,
     PIXEL_STEP,
     SAMPLER_MODES,
     SCHEDULE_PRESETS,
@@ -23,7 +23,7 @@ from .constants import (
 from .family_inputs import SamplerInputs
 from .host import get_host
 from .inputs import combo, float_input, int_input, link, seed_input
-from .model_access import check_model_input, diffusion_model_of, resolve_model
+from .model_access import check_model_input, diffusion_model_of, geometry_of, own_schedule, resolve_model
 from .prompting import core_start_latent
 from .request import RolloutSettings, build_request
 from .rollout import run_rollout
@@ -144,15 +144,18 @@ class LongVideoSampler:
         host = get_host()
         check_sampler_size(size_of_start(positive), width, height, length, "the Long Video Sampler makes",
                            fix="link the start node's width, height and length outputs to the sampler's")
-        total_frames = check_video_frames("length", length)
         family = check_model_input(model)
-        stride = VAE_STRIDES[family.latent_channels(diffusion_model_of(model))]  # Wan2.1's VAE: 8; Wan2.2's: 16
-        latent_w, latent_h = check_pixel_size("width", width, stride), check_pixel_size("height", height, stride)
+        # Wan2.1's VAE: 8 pixels per latent, 4 frames per latent frame; Wan2.2's: 16; the demo world's: 1 and 1
+        geometry = geometry_of(family, diffusion_model_of(model))
+        total_frames = geometry.check_length("length", length)
+        latent_w, latent_h = geometry.check_pixels("width", width), geometry.check_pixels("height", height)
         if sigmas is None and schedule not in SCHEDULE_PRESETS:
             raise FastARError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULE_PRESETS)}")
         notes = ignored_model_patches(model)
+        preset = None
         if sigmas is None:
-            notes += ignored_shift(model, SCHEDULE_PRESETS[schedule], schedule)
+            preset = own_schedule(family) if schedule == MODEL_OWN else SCHEDULE_PRESETS[schedule]
+            notes += ignored_shift(model, preset, schedule)
         if restart_every:
             notes.append(f"CausVid's long video: a fresh rollout every {restart_every} latent frames from "
                          f"{restart_overlap} clean ones (the first a VAE re-encode of a decoded frame); the LATENT is "
@@ -163,7 +166,7 @@ class LongVideoSampler:
                               latent_w=latent_w, sigmas=sigmas, schedule=schedule, frames_per_block=frames_per_block,
                               core_start=core_start_latent(getattr(model, "model_options", None)))
         settings = RolloutSettings(
-            frames_per_block=frames_per_block, schedule=sigmas if sigmas is not None else SCHEDULE_PRESETS[schedule],
+            frames_per_block=frames_per_block, schedule=sigmas if sigmas is not None else preset,
             mode=mode, seed=seed, cache_policy=cache_policy, sink_frames=sink_frames, window_frames=window_frames,
             context_noise=context_noise,
             first_chunk_schedule=None if first_chunk_sigmas is None else first_chunk_sigmas.detach().float().cpu(),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..fastar_core.rollout import video_geometry
 from ..fastar_core.rollout.engine import EngineSettings
 
 MAX_CHUNK_LINES = 40  # longer rollouts show the first and last 20 chunks
@@ -64,9 +63,10 @@ def build_report(*, model, result, settings, engine: EngineSettings, mode: str,
                  n_init: int, width: int, height: int, schedule_text: str, prompts: str, notes=()) -> str:
     total = result.latent.shape[2]
     generated = total - n_init
-    video_frames = video_geometry.video_frames(total)
+    geometry = model.geometry
+    video_frames = geometry.video_frames(total)
     g = model.diffusion_model
-    architecture = "Wan2.2 TI2V" if model.latent_channels == 48 else "Wan2.1"
+    architecture = {48: "Wan2.2 TI2V", 16: "Wan2.1"}.get(model.latent_channels, model.family.describe())
     chunks = result.chunks
     peak = max((c.cache_bytes for c in chunks), default=0)
     seconds = max(result.seconds, 1e-9)
@@ -89,7 +89,7 @@ def build_report(*, model, result, settings, engine: EngineSettings, mode: str,
         *chunk_lines(chunks),
         "",
         f"total     : {result.seconds:.2f} s, {generated / seconds:.2f} latent frames/s "
-        f"({4 * generated / seconds:.2f} video frames/s)",
+        f"({geometry.temporal * generated / seconds:.2f} video frames/s)",
         "cache end : " + ", ".join(f"{k} {_short(v)}" for k, v in stats.items()),
     ]
     lines += [f"note      : {n}" for n in notes]

@@ -14,6 +14,7 @@ import torch
 
 from ..fastar_core.caches.spec import SINK_FRAMES, WINDOW_FRAMES
 from ..fastar_core.errors import FastARError
+from ..fastar_core.families.demo.family import DemoWorldFamily
 from ..fastar_core.families.lingbot.family import LingBotFamily
 from ..fastar_core.families.longlive2 import LongLive2Family
 from ..fastar_core.families.matrix_game.family import MatrixGameFamily
@@ -23,6 +24,7 @@ from ..fastar_core.rollout.sampler import FRAMES_PER_BLOCK, RolloutConfig, plan_
 from ..fastar_core.rollout.sampler import resolve_mode as engine_resolve_mode
 from ..fastar_core.rollout.schedule import DenoisingSchedule, get_schedule
 from ..fastar_core.rollout.vae import RestartSpec
+from .demo_world import read_demo_world_inputs
 from .family_inputs import FamilyInputs, SamplerInputs, batch_rows
 from .lingbot import read_lingbot_inputs
 from .model_access import ARModel
@@ -31,7 +33,8 @@ from .world import read_world_inputs
 
 # The engine family's name -> the reader of its sampler inputs.
 READERS = {ModelFamily.name: read_text_inputs, LongLive2Family.name: read_text_inputs,
-           MatrixGameFamily.name: read_world_inputs, LingBotFamily.name: read_lingbot_inputs}
+           MatrixGameFamily.name: read_world_inputs, LingBotFamily.name: read_lingbot_inputs,
+           DemoWorldFamily.name: read_demo_world_inputs}
 
 
 @dataclass
@@ -96,10 +99,11 @@ def resolve_mode(settings: RolloutSettings, schedule_name: str) -> str:
     return engine_resolve_mode(settings.mode, schedule_name)  # the engine decides "auto", as for the CLI
 
 
-def image_in_first_chunk(schedule) -> bool:
-    """LongLive 2.0's image-to-video (a UniPC schedule): the start image is frame 0 of the first chunk, held at
-    timestep 0, not clean context committed before it (the Self-Forcing family's)."""
-    return schedule.solver == "unipc"
+def image_in_first_chunk(family: ModelFamily, schedule) -> bool:
+    """LongLive 2.0's image-to-video (a Wan model on a UniPC schedule): the start image is frame 0 of the first
+    chunk, held at timestep 0, not clean context committed before it (the Self-Forcing family's, and the world
+    families', whose start view is context whatever their solver)."""
+    return family.name == ModelFamily.name and schedule.solver == "unipc"
 
 
 def read_inputs(model: ARModel, given: SamplerInputs) -> FamilyInputs:
@@ -132,7 +136,7 @@ def build_request(model: ARModel, given: SamplerInputs, settings: RolloutSetting
     sched = get_schedule(settings.schedule)
     mode = resolve_mode(settings, sched.name)
     n_init = inputs.start_frames
-    in_chunk = n_init > 0 and image_in_first_chunk(sched)
+    in_chunk = n_init > 0 and image_in_first_chunk(model.family, sched)
     if in_chunk and n_init != 1:
         raise FastARError(f"the start image latent has {n_init} frames; LongLive 2.0's image-to-video holds one")
     generated = total_frames - (0 if in_chunk else n_init)

@@ -14,7 +14,6 @@ import torch
 from ..fastar_core.errors import GenerationCancelled
 from ..fastar_core.rollout.engine import build_sampler
 from ..fastar_core.rollout.sampler import RolloutResult
-from ..fastar_core.rollout.video_geometry import pixel_size
 from .family_inputs import item_of
 from .report import build_report
 from .request import RolloutRequest
@@ -29,13 +28,14 @@ class RolloutOutcome:
     report: str
 
 
-def run_rollout(request: RolloutRequest, host) -> RolloutOutcome:
-    """The request's videos, one after another, with the host's progress bar, previews and interrupts."""
+def run_rollout(request: RolloutRequest, host, listener=None) -> RolloutOutcome:
+    """The request's videos, one after another, with the host's progress bar, previews and interrupts;
+    ``listener(report)`` after each chunk (a live play's view)."""
     model, cfg, engine, settings, sched = (request.model, request.config, request.engine, request.settings,
                                            request.schedule)
     batch, items, start_noise = request.batch, request.items, request.start_noise
     runner = model.runner()
-    sampler = build_sampler(runner, engine.fastar)
+    sampler = build_sampler(runner, engine.fastar, rope_max_distance=model.family.rope_max_distance)
     plan = request.plan()
     n_chunks = len(plan.chunks)
     per_video = plan.total_forwards
@@ -50,14 +50,16 @@ def run_rollout(request: RolloutRequest, host) -> RolloutOutcome:
 
     def on_chunk(report):
         nonlocal preview
-        x0 = report.x0
-        if preview is None:
-            return
-        try:
-            image = preview(x0[:, :, -1:])  # the chunk's newest frame
-        except Exception:  # a preview must never end a long run
-            preview, image = None, None
-        bar.update_absolute(done[0], None, image)
+        image = None
+        if preview is not None:
+            try:
+                image = preview(report.x0[:, :, -1:])  # the chunk's newest frame
+            except Exception:  # a preview must never end a long run
+                preview = None
+        if image is not None:
+            bar.update_absolute(done[0], None, image)
+        if listener is not None:
+            listener(report)
 
     log.info("FAST-AR: sampling %d video(s) of %d latent frames in %d chunks, cache %s", batch, cfg.num_frames,
              n_chunks, engine.cache.describe())
@@ -88,8 +90,8 @@ def run_rollout(request: RolloutRequest, host) -> RolloutOutcome:
                      f"{settings.seed}; the table shows the first): {times}")
     sigmas = ", ".join(f"{s:.4g}" for s in sched.sigmas)
     report = build_report(model=model, result=result, settings=settings, engine=engine, mode=cfg.sampler_mode,
-                          n_init=request.start_frames, width=pixel_size(cfg.latent_width, model.vae_stride),
-                          height=pixel_size(cfg.latent_height, model.vae_stride),
+                          n_init=request.start_frames, width=model.geometry.pixels(cfg.latent_width),
+                          height=model.geometry.pixels(cfg.latent_height),
                           schedule_text=f"{sched.name} ({sched.num_steps} steps: {sigmas})",
                           prompts=request.inputs.describe(), notes=notes)
     latent = torch.cat([r.latent for r in results]) if batch > 1 else result.latent

@@ -95,6 +95,8 @@ class StandaloneHost:
         self.interrupt_requested = False
         self.progress_log: list = []
         self.progress_listeners: list = []
+        self.live_listeners: list = []  # (event, data) -> None: what a page would be sent during a live play
+        self.routes: list = []  # (method, path, handler): what would be added to ComfyUI's server
         self.output_dir = Path(os.environ.get("FASTAR_OUTPUT_DIR", "output"))
         self.input_dir = Path(os.environ.get("FASTAR_INPUT_DIR", "input"))
         for name in ("diffusion_models", "loras"):
@@ -163,6 +165,14 @@ class StandaloneHost:
         self.interrupt_requested = False
         raise GenerationCancelled("interrupted")
 
+    def send_live(self, event: str, data: dict) -> None:
+        for listener in list(self.live_listeners):
+            listener(event, data)
+
+    def add_routes(self, routes) -> bool:
+        self.routes.extend(routes)
+        return True
+
     # -- model building -------------------------------------------------------------------------------------------
     def model_from_checkpoint(self, ckpt, weight_dtype: str, shift: float, disable_dynamic: bool = False):
         from ..fastar_core.files.wan_checkpoint import build_model
@@ -170,7 +180,8 @@ class StandaloneHost:
         info = {"shift": shift, "weight_dtype": weight_dtype}
         return StandaloneModel(build_model(ckpt, device=self.torch_device()), info=info)
 
-    def world_model(self, diffusion_model, info: dict):
+    def world_model(self, diffusion_model, info: dict, raw_latent: bool = False):
+        # The engine's world models work in raw latent space here, the demo world's (its video) included.
         return StandaloneModel(diffusion_model.to(self.torch_device()), info=info)
 
     def world_weight_dtype(self, weight_dtype: str, file_dtype: torch.dtype) -> torch.dtype:

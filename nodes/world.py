@@ -14,8 +14,9 @@ from ..fastar_core.families.matrix_game.rollout import matrix_game_conditioning
 from ..fastar_core.rollout.action_script import ActionScript
 from ..fastar_core.rollout.actions import Actions
 from ..fastar_core.rollout.conditioning import Conditioning
+from ..fastar_core.rollout.live_actions import LivePlay
 from ..fastar_core.rollout.video_geometry import pixel_size, video_frames
-from .constants import SCHEDULE_PRESETS, WORLD_START_INDEX_KEY, WORLD_START_KEY
+from .constants import MODEL_OWN, SCHEDULE_PRESETS, WORLD_START_INDEX_KEY, WORLD_START_KEY
 from .family_inputs import FamilyInputs, SamplerInputs, batch_rows, item_of
 from .prompting import ARPromptSchedule, conditioning_entry
 
@@ -25,22 +26,29 @@ class WorldInputs(FamilyInputs):
     clip: torch.Tensor  # [B or 1, 257, clip_dim] CLIP-vision tokens
     start: torch.Tensor  # [B or 1, 16, T or D, h, w] raw VAE latent of the start image and the blank frames after it
     index: torch.Tensor | None  # [T]: which of start's D distinct frames each latent frame is (None: frame t is t)
-    actions: ActionScript
+    actions: ActionScript | LivePlay
     latent_frames: int  # of the video: the actions are read for its frames
     notes: list = field(default_factory=list)
 
     def check_batch(self, batch: int) -> None:
+        if batch != 1 and isinstance(self.actions, LivePlay):
+            raise FastARError(f"a live play makes one video; batch_size is {batch}")
         batch_rows("World Model Start's latent", self.start, batch)
         batch_rows("World Model Start's CLIP tokens", self.clip, batch)
 
     def conditioning(self, model, r: int) -> Conditioning:
         """Video ``r``'s conditioning: its start (row r, or the only row) and the script's actions for the video."""
-        keyboard, mouse = self.actions.to_tensors(video_frames(self.latent_frames))
+        if isinstance(self.actions, LivePlay):
+            actions = self.actions.actions()
+        else:
+            actions = Actions(*self.actions.to_tensors(video_frames(self.latent_frames)))
         start = model.latent_format.process_in(item_of(self.start, r).float())
         index = None if self.index is None else self.index[:self.latent_frames]
-        return matrix_game_conditioning(start, item_of(self.clip, r).float(), Actions(keyboard, mouse), index)
+        return matrix_game_conditioning(start, item_of(self.clip, r).float(), actions, index)
 
     def describe(self) -> str:
+        if isinstance(self.actions, LivePlay):
+            return f"actions played live ({self.actions.variant.name})"
         return "actions " + self.actions.describe(video_frames(self.latent_frames))
 
 
@@ -50,7 +58,7 @@ def schedule_notes(config: MatrixGameConfig, sigmas, schedule: str) -> list[str]
     label = next((k for k, v in SCHEDULE_PRESETS.items() if v == own), own)
     if sigmas is not None:
         return [f"custom sigmas replace Matrix-Game 2.0 {config.variant}'s own step list ('{label}')"]
-    if SCHEDULE_PRESETS.get(schedule) != own:
+    if schedule != MODEL_OWN and SCHEDULE_PRESETS.get(schedule) != own:
         return [f"schedule '{schedule}' is not Matrix-Game 2.0 {config.variant}'s own ('{label}')"]
     return []
 
@@ -87,12 +95,16 @@ def read_world_inputs(model, given: SamplerInputs) -> WorldInputs:
         keys = "keyboard and mouse" if config.action.enable_mouse else "keyboard"
         raise FastARError(f"this MODEL is Matrix-Game 2.0 {variant}, steered by {keys}: connect an Action Script "
                           "to 'actions'")
-    if not isinstance(actions, ActionScript):
+    if isinstance(actions, LivePlay):
+        if actions.variant.name != variant:
+            raise FastARError(f"the play's keys are {actions.variant.name}'s, but this MODEL is Matrix-Game 2.0 "
+                              f"{variant}")
+    elif not isinstance(actions, ActionScript):
         what = ("a camera path, which steers LingBot-World 2.0" if isinstance(actions, CameraPath)
                 else f"a {type(actions).__name__}")
         raise FastARError(f"'actions' is {what}; this MODEL is Matrix-Game 2.0 {variant}: connect an Action Script "
                           "node")
-    if actions.variant != variant:
+    elif actions.variant != variant:
         raise FastARError(f"the Action Script is for {actions.variant}, but this MODEL is Matrix-Game 2.0 {variant}: "
                           f"set its variant to {variant} (the keys differ)")
     return WorldInputs(tokens, start, index, actions, frames, schedule_notes(config, given.sigmas, given.schedule))

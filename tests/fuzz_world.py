@@ -25,11 +25,11 @@ def tiny_world_file(path: Path) -> Path:
     metadata, the world's frame and map), at a fraction of its size: a one-layer model of width 32."""
     from dataclasses import replace
 
+    from comfyui_fastar.fastar_core.families.demo.actions import STATE_PREFIX, ActionEncoder
+    from comfyui_fastar.fastar_core.families.demo.steer_world import STEP
+    from comfyui_fastar.fastar_core.families.demo.text import TextEncoder
     from comfyui_fastar.fastar_core.model.wan_model import random_wan
-    from comfyui_fastar.tools.demo.actions import STATE_PREFIX, ActionEncoder
     from comfyui_fastar.tools.demo.settings import WEIGHTS_DIR, WORLD_MODEL_CONFIG, WORLD_WEIGHTS_FILE
-    from comfyui_fastar.tools.demo.steer_world import STEP
-    from comfyui_fastar.tools.demo.text import TextEncoder
     from comfyui_fastar.tools.demo.weights_io import save_demo_weights
 
     with safe_open(str(WEIGHTS_DIR / WORLD_WEIGHTS_FILE), "pt") as f:

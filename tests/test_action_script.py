@@ -113,7 +113,8 @@ def test_tensors_come_back_as_the_shortest_script():
 @pytest.mark.parametrize("data, message", [
     ([], "expected an object with variant, fps, mouse_step, timeline; got list"),
     (script(speed=2), "unknown field(s) speed; valid: variant, fps, mouse_step, timeline"),
-    ({"timeline": [{"at": 0}]}, "no variant; name the model's variant (universal, gta_drive, templerun, lingbot)"),
+    ({"timeline": [{"at": 0}]}, "no variant; name the model's variant (universal, gta_drive, templerun, lingbot, "
+                                "demo_world)"),
     (script("minecraft"), "variant 'minecraft' is not a world model's variant; valid: universal, gta_drive"),
     (script(fps=0), "fps 0 is out of range"),
     (script(fps="12"), "fps is '12'; expected a finite number"),

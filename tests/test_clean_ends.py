@@ -116,3 +116,21 @@ def test_a_failed_demo_leaves_no_folder(world, tmp_path, one_thread):
     outcome = run_forked(["demo", "--world", "steer", "--weights", str(damaged), "--frames", "2", "--out", str(out)])
     assert not problems_of(outcome, must_name=damaged.name), outcome.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_an_import_that_ctrl_c_broke_is_an_interrupt():
+    """Ctrl-C while a C extension initialises surfaces as that import's own error (matplotlib's "initialization
+    failed"), raised while the KeyboardInterrupt is handled: still the interrupt's one line and exit 130."""
+    from comfyui_fastar.tools.console import error_line
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed") from None
+    except ImportError as e:
+        broken = e
+    assert broken.__cause__ is None and isinstance(broken.__context__, KeyboardInterrupt)
+    assert error_line(broken)[1] == 130
+    with pytest.raises(ImportError):
+        error_line(ImportError("no interrupt"))

@@ -7,16 +7,17 @@ import pytest
 import torch
 
 from comfyui_fastar.fastar_core.caches import CacheSpec
+from comfyui_fastar.fastar_core.families.demo.text import split_words
 from comfyui_fastar.fastar_core.files.wan_checkpoint import load_wan_model
-from comfyui_fastar.tools.demo.model import (
+from comfyui_fastar.tools.demo.bundled import (
     default_weights_path,
     latents_to_frames,
     latents_to_uint8,
     load_demo_model,
+    render_start,
 )
 from comfyui_fastar.tools.demo.quality_bar import BAR_SEEDS, run_case
 from comfyui_fastar.tools.demo.settings import MODEL_CONFIG
-from comfyui_fastar.tools.demo.text import split_words
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -43,7 +44,7 @@ def test_recorded_rollout_settings(demo):
 
 
 def test_encode_prompt_is_zero_padded_like_umt5(demo):
-    start = demo.render_start(4)
+    start = render_start(demo, 4)
     ctx = demo.encode_prompt(start.prompt)
     n = len(split_words(start.prompt))
     assert ctx.shape == (1, MODEL_CONFIG.text_len, MODEL_CONFIG.text_dim)
@@ -51,7 +52,7 @@ def test_encode_prompt_is_zero_padded_like_umt5(demo):
 
 
 def test_30_frame_rollout_is_deterministic_and_fast(demo):
-    start = demo.render_start(2)
+    start = render_start(demo, 2)
     t0 = time.perf_counter()
     a = demo.generate(start, 30, cache=CacheSpec("global"), seed=7).latent
     elapsed = time.perf_counter() - t0
@@ -65,7 +66,7 @@ def test_30_frame_rollout_is_deterministic_and_fast(demo):
 
 
 def test_latents_to_uint8_frames(demo):
-    start = demo.render_start(0)
+    start = render_start(demo, 0)
     frames = latents_to_uint8(start.latents)
     assert frames.shape == (3, 24, 24, 3) and frames.dtype == np.uint8
     back = torch.from_numpy(frames).float() / 127.5 - 1

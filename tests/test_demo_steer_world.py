@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from comfyui_fastar.tools.demo.steer_world import (
+from comfyui_fastar.fastar_core.families.demo.steer_world import (
     ACTIONS,
     MAP_SIZE,
     STEP,

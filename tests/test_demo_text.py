@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comfyui_fastar.tools.demo.text import (
+from comfyui_fastar.fastar_core.families.demo.text import (
     PAD,
     TEXT_DIM,
     TEXT_LEN,
@@ -13,10 +13,9 @@ from comfyui_fastar.tools.demo.text import (
     PromptEncoder,
     TextEncoder,
     Tokenizer,
-    default_vocabulary,
     split_words,
 )
-from comfyui_fastar.tools.demo.world import make_scene
+from comfyui_fastar.tools.demo.world import default_vocabulary, make_scene
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from comfyui_fastar.tools.cli import main as fastar_main
+from comfyui_fastar.tools.demo.bundled import load_demo_model
 from comfyui_fastar.tools.demo.data import sprite_weights, training_batch
-from comfyui_fastar.tools.demo.model import load_demo_model
 from comfyui_fastar.tools.demo.settings import ROPE_MAX_DISTANCE, TRAIN_CLIP_FRAMES, WEIGHTS_FILE
 from comfyui_fastar.tools.demo.train import Trainer, TrainRecipe
 from comfyui_fastar.tools.demo.train_command import train_demo

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from comfyui_fastar.tools.demo.model import load_demo_model
+from comfyui_fastar.fastar_core.families.demo.steer_world import make_map
+from comfyui_fastar.tools.demo.bundled import load_demo_model
 from comfyui_fastar.tools.demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
-from comfyui_fastar.tools.demo.steer_world import make_map
 from comfyui_fastar.tools.demo.world_bar import WORLD_FRAMES, bar_track, perfect_band
 from comfyui_fastar.tools.demo.world_eval import BAR, RATIO_NAMES, evaluate_world
 from comfyui_fastar.tools.demo.world_report import JUDGED, PASS_SEEDS
@@ -65,7 +65,7 @@ def test_it_samples_with_the_solver_its_file_names(seed_one):
 
 def test_a_demo_file_naming_an_unknown_solver_is_refused():
     from comfyui_fastar.fastar_core.errors import FastARError
-    from comfyui_fastar.tools.demo.model import schedule_from_metadata
+    from comfyui_fastar.fastar_core.families.demo.model import schedule_from_metadata
 
     assert schedule_from_metadata({"schedule": [1.0, 0.5]}).solver == "dmd"
     with pytest.raises(FastARError, match="only the 'unipc' solver"):

@@ -7,13 +7,14 @@ import torch
 
 from comfyui_fastar.fastar_core.caches import CacheShape, CacheSpec
 from comfyui_fastar.fastar_core.caches.spec import TempCacheSettings
-from comfyui_fastar.fastar_core.forward.attention import DenseAttention, PassInfo
-from comfyui_fastar.fastar_core.model.rope import apply_rope, rope_cos_sin
-from comfyui_fastar.fastar_core.model.wan_config import WanConfig
-from comfyui_fastar.fastar_core.model.wan_model import random_wan
-from comfyui_fastar.tools.demo.actions import ActionEncoder, ActionRunner, added_to_time_embedding, batch_tracks
-from comfyui_fastar.tools.demo.map_rope import MapRoPE, map_cycles, map_positions
-from comfyui_fastar.tools.demo.steer_world import (
+from comfyui_fastar.fastar_core.families.demo.actions import (
+    ActionEncoder,
+    ActionRunner,
+    added_to_time_embedding,
+    batch_tracks,
+)
+from comfyui_fastar.fastar_core.families.demo.map_rope import MapRoPE, map_cycles, map_positions
+from comfyui_fastar.fastar_core.families.demo.steer_world import (
     MAP_SIZE,
     STEP,
     back_and_forth_actions,
@@ -21,6 +22,10 @@ from comfyui_fastar.tools.demo.steer_world import (
     render_track,
     track_from_actions,
 )
+from comfyui_fastar.fastar_core.forward.attention import DenseAttention, PassInfo
+from comfyui_fastar.fastar_core.model.rope import apply_rope, rope_cos_sin
+from comfyui_fastar.fastar_core.model.wan_config import WanConfig
+from comfyui_fastar.fastar_core.model.wan_model import random_wan
 from comfyui_fastar.tools.demo.world_train import MapForward, training_path, world_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -3,13 +3,18 @@
 import pytest
 import torch
 
+from comfyui_fastar.fastar_core.families.demo.actions import ActionEncoder, ActionRunner, batch_tracks, moved_reference
+from comfyui_fastar.fastar_core.families.demo.steer_world import (
+    make_map,
+    render_track,
+    scripted_path,
+    track_from_actions,
+)
 from comfyui_fastar.fastar_core.forward.attention import PassInfo
 from comfyui_fastar.fastar_core.model.wan_config import WanConfig
 from comfyui_fastar.fastar_core.model.wan_model import random_wan
-from comfyui_fastar.tools.demo.actions import ActionEncoder, ActionRunner, batch_tracks, moved_reference
-from comfyui_fastar.tools.demo.model import load_demo_model
+from comfyui_fastar.tools.demo.bundled import load_demo_model
 from comfyui_fastar.tools.demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
-from comfyui_fastar.tools.demo.steer_world import make_map, render_track, scripted_path, track_from_actions
 from comfyui_fastar.tools.demo.train_command import train_demo
 from comfyui_fastar.tools.demo.world_eval import evaluate_world, world_rollout
 
@@ -258,7 +263,7 @@ def test_a_world_run_can_start_from_a_world_file_and_refuses_a_sprite_file(tmp_p
     from safetensors import safe_open
 
     from comfyui_fastar.fastar_core.errors import CheckpointError
-    from comfyui_fastar.tools.demo.actions import STATE_PREFIX
+    from comfyui_fastar.fastar_core.families.demo.actions import STATE_PREFIX
     from comfyui_fastar.tools.demo.settings import WEIGHTS_FILE
     from comfyui_fastar.tools.demo.world_train import WorldTrainer, world_recipe
 

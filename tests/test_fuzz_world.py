@@ -34,8 +34,9 @@ TESTS = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def world_root(tmp_path_factory):
     # What the commands import, imported once here rather than in every forked child.
+    from comfyui_fastar.fastar_core.families.demo import model, weights_file  # noqa: F401
     from comfyui_fastar.tools import command_checks, demo_world_command, play  # noqa: F401
-    from comfyui_fastar.tools.demo import model, train_command, weights_file, world_train  # noqa: F401
+    from comfyui_fastar.tools.demo import bundled, train_command, world_train  # noqa: F401
 
     root = tmp_path_factory.mktemp("world-fuzz")
     tiny_world_file(root / "good.safetensors")

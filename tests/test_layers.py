@@ -35,6 +35,13 @@ def test_the_library_never_imports_the_tools():
     assert not bad, bad
 
 
+def test_the_tools_never_import_the_nodes():
+    # Both sit on the engine: what the command line and the nodes share lives in fastar_core.
+    bad = [f"{p.relative_to(ROOT)} imports {'.'.join(t)}" for p in sources("tools") for t, _ in imports(p)
+           if t[:1] == ("nodes",)]
+    assert not bad, bad
+
+
 def test_no_private_name_is_imported_across_packages():
     bad = []
     for pkg in PACKAGES:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from comfyui_fastar.tools.demo.model import load_demo_model
-from comfyui_fastar.tools.demo.steer_world import STEP
+from comfyui_fastar.fastar_core.families.demo.steer_world import STEP
+from comfyui_fastar.tools.demo.bundled import load_demo_model
 from comfyui_fastar.tools.demo.train_command import train_demo
 from comfyui_fastar.tools.play import HOST, PlaySession, key_to_action, serve
 
@@ -88,14 +88,14 @@ def test_the_server_listens_on_127_0_0_1_only_and_refuses_other_host_names(serve
 def test_held_keys_steer_the_camera_and_frames_keep_coming(server):
     session, base = server
     first, _ = _frames_until(base, 6)
-    assert _post(base + "/api/key", {"key": "ArrowRight", "down": True}) == (200, {"action": "right"})
+    assert _post(base + "/api/key", {"keys": ["ArrowRight"]}) == (200, {"held": ["D"], "action": "right"})
     moved, state = _frames_until(base, 12, after=first[-1]["index"])
     rights = [f for f in moved if f["action"] == "right"]
     assert len(rights) >= 6
     for a, b in zip(rights, rights[1:]):
         if b["index"] == a["index"] + 1:
             assert b["x"] == (a["x"] + 1) % state["map_patches"] and b["y"] == a["y"]
-    assert _post(base + "/api/key", {"key": "ArrowRight", "down": False})[1] == {"action": "right"}
+    assert _post(base + "/api/key", {"keys": []})[1] == {"held": [], "action": None}
     # The true view shipped with each frame is the map under the camera: a right move shifts it one patch left.
     a, b = (torch.frombuffer(bytearray(__import__("base64").b64decode(f["truth"])), dtype=torch.uint8)
             .view(24, 24, 3) for f in rights[-2:])
@@ -146,7 +146,7 @@ def test_a_real_browser_steers_the_view_with_the_arrow_keys(server):
 
 def test_fastar_play_refuses_bad_options_and_a_model_that_is_not_a_world_model(tmp_path, capsys):
     from comfyui_fastar.tools.cli import main as fastar_main
-    from comfyui_fastar.tools.demo.model import default_weights_path
+    from comfyui_fastar.tools.demo.bundled import default_weights_path
 
     assert fastar_main(["play", "--port", "70000"]) != 0
     assert "--port 70000 is invalid; valid: 0..65,535" in capsys.readouterr().err

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS
+from comfyui_fastar.nodes.node_loader import BUNDLED_DEMO_WORLD
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / "example_workflows").glob("*.json"))
@@ -170,7 +171,7 @@ def check_models(node, inputs):
         check_model_entry(node, model)
     for name, folder in {**FILE_WIDGETS, **NODE_FILE_WIDGETS.get(node["type"], {})}.items():
         value = widget_value(node, inputs, name)
-        if value is None or value == "none":
+        if value is None or value == "none" or value == BUNDLED_DEMO_WORLD:  # that one ships with the pack
             continue
         assert value in listed, f"node {node['id']} {node['type']}: {value} is not named in properties.models"
         model = listed[value]
@@ -263,6 +264,27 @@ def test_workflows_cover_the_advertised_uses_and_are_served_as_templates():
     assert set(NODE_CLASS_MAPPINGS) <= used, f"nodes without an example: {set(NODE_CLASS_MAPPINGS) - used}"
 
 
+def test_the_live_world_workflow_plays_the_bundled_demo_world_with_fastar_and_dense():
+    """Both Live World nodes play the bundled demo world at its own size from one start with one seed, one through
+    FAST-AR Attention and one dense, and each saves its frames."""
+    wf = json.loads((ROOT / "example_workflows" / "fastar_live_world_demo.json").read_text())
+    nodes = {n["id"]: n for n in wf["nodes"]}
+    source = {(link[3], link[4]): nodes[link[1]] for link in wf["links"]}
+    live = [n for n in wf["nodes"] if n["type"] == "FastAR_LiveWorld"]
+    inputs = node_spec("FastAR_LiveWorld")[0]
+    assert len(live) == 2
+    models = sorted(source[(n["id"], 0)]["type"] for n in live)
+    assert models == ["FastAR_Attention", "FastAR_LoadARVideoModel"]
+    assert {source[(n["id"], 1)]["id"] for n in live} == {next(n["id"] for n in wf["nodes"]
+                                                                if n["type"] == "FastAR_DemoWorldStart")}
+    for n in live:
+        assert (widget_value(n, inputs, "width"), widget_value(n, inputs, "height")) == (24, 24)
+        assert widget_value(n, inputs, "seed") == widget_value(live[0], inputs, "seed")
+    loader = next(n for n in wf["nodes"] if n["type"] == "FastAR_LoadARVideoModel")
+    assert loader["widgets_values"][0] == BUNDLED_DEMO_WORLD
+    assert sum(n["type"] == "SaveVideo" for n in wf["nodes"]) == 2
+
+
 def test_the_first_workflows_need_only_files_the_editor_downloads():
     """The plain text-to-video workflows run on a checkpoint released as safetensors (Causal Forcing frame-wise),
     so a new user gets every file from the editor's missing-model dialog, on 1.27.10 too."""
@@ -312,6 +334,7 @@ def test_the_world_model_workflows_agree_with_themselves_and_their_variant(varia
 def sampler_caches(wf) -> list[str]:
     """The cache each sampler of a workflow resolves to (the report's ``cache`` line): its widgets, the FAST-AR
     Attention node on its model's path, and the family's own cache of the file its loader names."""
+    from comfyui_fastar.fastar_core.caches.spec import SINK_FRAMES, WINDOW_FRAMES
     from comfyui_fastar.fastar_core.families.lingbot.config import RELEASED as LINGBOT
     from comfyui_fastar.fastar_core.families.lingbot.rollout import default_cache as lingbot_cache
     from comfyui_fastar.fastar_core.families.longlive2 import LongLive2Family
@@ -336,7 +359,8 @@ def sampler_caches(wf) -> list[str]:
 
     caches = []
     for sampler in wf["nodes"]:
-        if sampler["type"] == "FastAR_LongVideoSampler":
+        own_sizes = sampler["type"] == "FastAR_LiveWorld"  # the engine's sink and window, the model's own chunk
+        if sampler["type"] in ("FastAR_LongVideoSampler", "FastAR_LiveWorld"):
             model = upstream(sampler, "model")
         elif sampler["type"] == "FastAR_SamplerARVideo":
             custom = next(n for n in wf["nodes"] if n["type"] == "SamplerCustomAdvanced")
@@ -349,10 +373,11 @@ def sampler_caches(wf) -> list[str]:
                 preset = value(model, "preset")
             model = upstream(model, "model")
         name = value(model, "model_name" if model["type"] == "FastAR_LoadARVideoModel" else "unet_name")
+        sizes = ({"sink_frames": SINK_FRAMES, "window_frames": WINDOW_FRAMES, "frames_per_block": 1} if own_sizes
+                 else {k: value(sampler, k) for k in ("sink_frames", "window_frames", "frames_per_block")})
+        assert not own_sizes or name == BUNDLED_DEMO_WORLD, "a live world other than the demo: its own chunk here"
         settings = resolve_settings(preset=preset, cache_policy=value(sampler, "cache_policy"),
-                                    sink_frames=value(sampler, "sink_frames"),
-                                    window_frames=value(sampler, "window_frames"), own_cache=own.get(name),
-                                    frames_per_block=value(sampler, "frames_per_block"))
+                                    own_cache=own.get(name), **sizes)
         caches.append(settings.cache.describe())
     return caches
 

@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 
-from comfyui_fastar.tools.bench.world_ceiling import at_least, flat, oracle_map, run_world_ceiling
-from comfyui_fastar.tools.demo.steer_world import (
+from comfyui_fastar.fastar_core.families.demo.steer_world import (
     LANDMARK_SPACING,
     STEP,
     VIEW_SIZE,
@@ -17,6 +16,7 @@ from comfyui_fastar.tools.demo.steer_world import (
     render_track,
     wrapped_distance,
 )
+from comfyui_fastar.tools.bench.world_ceiling import at_least, flat, oracle_map, run_world_ceiling
 from comfyui_fastar.tools.demo.world_bar import bar_track
 from comfyui_fastar.tools.demo.world_eval import no_collapse, spread_ratios
 

@@ -109,7 +109,7 @@ def build_parser():
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
                                    "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling", "launches",
-                                   "gpu-modes", "lingbot-cap", "world-memory"],
+                                   "gpu-modes", "lingbot-cap", "world-memory", "live-world"],
                    help="which benchmark (kernels, gpu-rollout and gpu-modes need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
@@ -119,7 +119,8 @@ def build_parser():
                         "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only), or at "
                         "LingBot-World 2.0's with its rollout (blocks of 4, window 18 sink 6, a camera path; rollout "
                         "only), or the steered world model on a revisiting path (pareto only)")
-    p.add_argument("--weights", default=None, help="--model world and world-memory: a steered-world .safetensors "
+    p.add_argument("--weights", default=None, help="--model world, world-memory and live-world: a steered-world "
+                                                   ".safetensors "
                                                     "(default: the bundled world model)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
     p.add_argument("--map-seeds", default=None, help="world-memory: comma-separated maps (default the world bar's "
@@ -127,8 +128,8 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "
-                        "frame-rate: rounds, least CPU time per chunk (default 5); lingbot-cap: rounds, least "
-                        "relative cost per chunk (default 5; --frames 3000 for the claim); "
+                        "frame-rate and live-world: rounds, least CPU time per chunk (default 5); lingbot-cap: rounds, "
+                        "least relative cost per chunk (default 5; --frames 3000 for the claim); "
                         "world-ceiling: perfect draws per seed (default 20)")
     p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
     p.add_argument("--thresholds", default=None, help="pareto: comma-separated TempCache merge thresholds")

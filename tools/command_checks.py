@@ -113,8 +113,8 @@ def check_play(args) -> None:
 def check_world_weights(weights) -> None:
     """A steered-world weights file (``--weights``, or the bundled one), its metadata checked entry by entry
     (only the file's header is read): a bad file is refused before any folder is made or port opened."""
+    from ..fastar_core.families.demo.weights_file import read_demo_metadata
     from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
-    from .demo.weights_file import read_demo_metadata
 
     path = Path(weights) if weights is not None else WEIGHTS_DIR / WORLD_WEIGHTS_FILE
     if weights is None and not path.is_file():
@@ -214,7 +214,7 @@ def check_train(args) -> None:
     if init is not None and init.suffix.lower() not in (".pt", ".pth", ".safetensors"):
         raise FastARError(f"--init-from {args.init_from}: expected a train_state.pt or a demo .safetensors")
     if init is not None and init.suffix.lower() == ".safetensors":
-        from .demo.weights_file import read_demo_metadata
+        from ..fastar_core.families.demo.weights_file import read_demo_metadata
 
         read_demo_metadata(init)  # its header only: a bad file is refused before the models are built
     check_input_file("--notes", args.notes)

@@ -140,10 +140,22 @@ def _is_engine_error(e: BaseException) -> bool:
     return errors is not None and isinstance(e, errors.FastARError)
 
 
+def _interrupted(e: BaseException) -> bool:
+    """Ctrl-C, or what it turned into: a C extension's import interrupted by it fails with its own error (an
+    ImportError "initialization failed") raised while the KeyboardInterrupt is handled."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def error_line(e: BaseException) -> tuple[str, int]:
     """(the one line, the exit code) for what ended a command. Exit codes: 2 bad input or a refusing machine,
     130 interrupted (Ctrl-C)."""
-    if isinstance(e, KeyboardInterrupt):
+    if _interrupted(e):
         return "interrupted; nothing was written by the unfinished step (earlier outputs are kept)", 130
     if _is_engine_error(e):
         return _one_line(e), 2

@@ -59,7 +59,7 @@ def run_world_modes(demo, world_map, track, modes: dict, seed: int = 0, progress
     """Every mode of ``modes`` (name -> (cache spec, FAST-AR config)) along ``track`` over ``world_map``, chunk by
     chunk in turn. Returns (the true views, name -> {"video" ``[T, 3, H, W]``, "chunks", "allocated_bytes",
     "cache_stats"})."""
-    from .demo.steer_world import render_track
+    from ..fastar_core.families.demo.steer_world import render_track
 
     truth = render_track(world_map, track)
     scenario = world_scenario(demo, track, truth)
@@ -85,8 +85,8 @@ def live_plateau(chunks: list[dict]) -> dict:
 
 
 def run_world_demo(out: Path, weights, frames: int = DEFAULT_FRAMES, seed: int = 0, map_seed: int = 1) -> int:
-    from .demo.model import load_demo_model
-    from .demo.steer_world import make_map
+    from ..fastar_core.families.demo.steer_world import make_map
+    from .demo.bundled import load_demo_model
 
     demo = load_demo_model(weights)
     if not demo.is_world:
@@ -177,9 +177,9 @@ REVISIT_AWAY = 12  # patches: the path returns to each place after 2 * 12 + 2 = 
 def revisit_scenario(weights, frames: int, device="cpu", map_seed: int = 1) -> Scenario:
     """The world model on ``revisit_path``: out of view and back, again and again. ``notes["revisit"]`` scores a
     rollout's latent (start chunk included) on the frames that return to a place seen before."""
-    from .demo.model import load_demo_model
+    from ..fastar_core.families.demo.steer_world import make_map, render_track, revisit_path, track_from_actions
+    from .demo.bundled import load_demo_model
     from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
-    from .demo.steer_world import make_map, render_track, revisit_path, track_from_actions
     from .demo.world_eval import revisit_scores
 
     demo = load_demo_model(weights or WEIGHTS_DIR / WORLD_WEIGHTS_FILE, device=device)

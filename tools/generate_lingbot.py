@@ -52,8 +52,8 @@ def camera_of(args, inputs, frames: int, height: int, width: int):
     if unused:
         print(f"note: {len(unused)} timeline entr{'y' if len(unused) == 1 else 'ies'} from {unused[0].at:g} s on "
               f"come after the video's {video} frames and are not used")
-    return path.condition(frames, height, width), {"actions": script.to_dict(),
-                                                   "actions_summary": script.describe(video)}
+    return (path.condition(frames, height, width, scale=script.camera_scale()),
+            {"actions": script.to_dict(), "actions_summary": script.describe(video)})
 
 
 def run_lingbot(args, inputs, device, parallel) -> int:

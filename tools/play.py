@@ -8,33 +8,45 @@ rollout from the current place with the dense global cache or with FAST-AR: with
 the cache grows, with FAST-AR it stays flat.
 
 Endpoints: ``GET /`` the page, ``GET /api/state?after=N`` frames after index N and the status (JSON, frames as
-base64 RGB bytes), ``GET /api/map`` the map (base64 RGB), ``POST /api/key`` ``{"key": KeyboardEvent.key,
-"down": bool}``, ``POST /api/mode`` ``{"mode": "dense" | "fastar"}``.
+base64 RGB bytes), ``GET /api/map`` the map (base64 RGB), ``POST /api/key`` the key state ``{"keys": [held
+KeyboardEvent.key names]}``, ``POST /api/mode`` ``{"mode": "dense" | "fastar"}``.
+
+The server is aiohttp's (``pip install comfyui-fastar[demo]``; ComfyUI ships it), the same way the Live World
+node is served inside ComfyUI, and bodies are read as that node's are (``rollout/live_actions.py``: a valid
+Content-Length of at most 4 KiB, JSON nested at most 4 deep, key names from the demo world's table; anything else
+is a 400 with one line). One rollout runs at a time: a mode switch stops the running one and joins its thread
+before it starts the next. The first line is printed as soon as the port is bound, before the model loads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import json
+import logging
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 import torch
 
+from ..fastar_core.errors import FastARError
+from ..fastar_core.rollout.live_actions import LivePlay, PayloadError, read_key_state, read_request_json
+from .console import port_error
+
 HOST = "127.0.0.1"
-KEYS = {"ArrowUp": "up", "ArrowDown": "down", "ArrowLeft": "left", "ArrowRight": "right",
-        "w": "up", "s": "down", "a": "left", "d": "right", "W": "up", "S": "down", "A": "left", "D": "right"}
+VARIANT = "demo_world"  # the keys: the demo world's table (W A S D, the arrows)
 MODES = ("fastar", "dense")
 KEPT_FRAMES = 600  # frames the server keeps for the page to fetch
+BACKLOG = 1024  # connections the kernel queues while the server is busy: a burst of clients is accepted
+MAX_AFTER = 2**62
 
 
 def key_to_action(key: str) -> str | None:
     """The move of a browser key (``KeyboardEvent.key``), or None for a key that steers nothing."""
-    return KEYS.get(key)
+    play = LivePlay(VARIANT)
+    letter = play.table.names.get(key)
+    return None if letter is None else play.variant.of(letter).name
 
 
 def _rgb(frame: torch.Tensor) -> str:
@@ -46,10 +58,10 @@ def _rgb(frame: torch.Tensor) -> str:
 class PlaySession:
     """One live rollout at a time: keys in, frames out. ``start`` (re)starts generation in a thread."""
 
-    def __init__(self, demo, map_seed: int = 1, seed: int = 0, max_frames: int = 1200, max_fps: float = 30.0):
-        from .demo.steer_world import MAP_SIZE, STEP, make_map
+    def __init__(self, demo=None, map_seed: int = 1, seed: int = 0, max_frames: int = 1200, max_fps: float = 30.0):
+        from ..fastar_core.families.demo.steer_world import MAP_SIZE, STEP, make_map
 
-        self.demo = demo
+        self.demo = demo  # None until ``attach`` (the server listens before the model has loaded)
         self.world = make_map(map_seed)
         self.patches = MAP_SIZE // STEP
         self.seed = seed
@@ -58,50 +70,58 @@ class PlaySession:
         self.lock = threading.Lock()
         self.frames: deque = deque(maxlen=KEPT_FRAMES)  # dicts: index, rgb, truth, x, y, action
         self.next_index = 0
-        self.held: str | None = None
-        self.taps: deque = deque(maxlen=16)
+        self.keys = LivePlay(VARIANT)  # the page's key state; a tap between two frames still moves one patch
         self.position = (self.patches // 2, self.patches // 2)
         self.mode = "fastar"
         self.stats = {"model_fps": None, "cache_bytes": 0, "frames_in_rollout": 0, "chunks": 0, "rollouts": 0}
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._switch = threading.Lock()  # one start or stop at a time: never two rollouts
 
     # -- input ----------------------------------------------------------------------------------------------
-    def key(self, key: str, down: bool) -> str | None:
-        action = key_to_action(key)
-        if action is None:
-            return None
-        with self.lock:
-            if down:
-                if self.held != action:
-                    self.taps.append(action)  # a short tap still moves one patch
-                self.held = action
-            elif self.held == action:
-                self.held = None
-        return action
+    def held(self) -> str | None:
+        """The move the keys held now make, or None."""
+        letters = self.keys.held()
+        return self.keys.variant.of(letters[0]).name if letters else None
 
     def _next_action(self) -> str:
-        with self.lock:
-            if self.taps:
-                return self.taps.popleft()
-            return self.held or "none"
+        keyboard, _ = self.keys(0, 1)  # one frame: the key held now, or the one tapped since the last frame
+        return self.keys.variant.keys[int(keyboard[0].argmax())].name
 
     # -- generation -----------------------------------------------------------------------------------------
+    def attach(self, demo) -> None:
+        """The model, once loaded (the server answers before it is)."""
+        with self.lock:
+            self.demo = demo
+
     def start(self, mode: str | None = None) -> None:
+        """(Re)start the rollout in ``mode``: the running one is stopped and its thread joined first."""
         if mode is not None and mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-        self.stop()
-        self.mode = mode or self.mode
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(self._stop,), daemon=True)
-        self._thread.start()
+        with self._switch:
+            self._stop_and_join()
+            self.mode = mode or self.mode
+            if self.demo is None:
+                return  # starts when the model is attached
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._run, args=(self._stop,), daemon=True, name="fastar-play")
+            self._thread.start()
 
     def stop(self) -> None:
+        with self._switch:
+            self._stop_and_join()
+
+    def _stop_and_join(self) -> None:
         if self._thread is not None:
             self._stop.set()
-            self._thread.join(timeout=30)
+            self._thread.join()  # the rollout checks its stop event before every step
             self._thread = None
+
+    @property
+    def running(self) -> int:
+        """Rollout threads alive (0 or 1)."""
+        return sum(t.is_alive() for t in threading.enumerate() if t.name == "fastar-play")
 
     def _modes(self):
         from .demo_world_command import world_modes
@@ -122,9 +142,9 @@ class PlaySession:
                 self.error = f"{type(e).__name__}: {e}"
 
     def _rollout(self, stop: threading.Event) -> None:
+        from ..fastar_core.families.demo.steer_world import render_track, track_from_actions
         from ..fastar_core.rollout.engine import build_sampler
         from ..fastar_core.rollout.sampler import ARSampler
-        from .demo.steer_world import render_track, track_from_actions
 
         demo = self.demo
         fpb = demo.frames_per_block
@@ -176,8 +196,10 @@ class PlaySession:
     def state(self, after: int = -1, limit: int = 48) -> dict:
         with self.lock:
             frames = [f for f in self.frames if f["index"] > after][:limit]
-            return {"frames": frames, "mode": self.mode, "held": self.held, "error": self.error,
-                    "view": list(self.demo.frame_size), "map_patches": self.patches, **self.stats}
+            view = list(self.demo.frame_size) if self.demo is not None else [24, 24]
+            return {"frames": frames, "mode": self.mode, "held": self.held(), "error": self.error,
+                    "loading": self.demo is None, "rollouts_running": self.running, "view": view,
+                    "map_patches": self.patches, **self.stats}
 
     def map_image(self) -> dict:
         img = self.world.image()
@@ -185,101 +207,173 @@ class PlaySession:
 
 
 def _slice(track, start: int, end: int):
-    from .demo.steer_world import Track
+    from ..fastar_core.families.demo.steer_world import Track
 
     return Track(track.actions[start:end], track.positions[start:end], track.map_patches)
 
 
-def make_handler(session: PlaySession, port_holder: list):
-    page = (Path(__file__).resolve().parent / "play_page.html").read_text()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # quiet: the page polls many times a second
-            pass
-
-        def _host_ok(self) -> bool:
-            host = (self.headers.get("Host") or "").strip()
-            return host in {f"{HOST}:{port_holder[0]}", f"localhost:{port_holder[0]}"}
-
-        def _send(self, code: int, body: bytes, kind: str = "application/json") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _json(self, code: int, obj) -> None:
-            self._send(code, json.dumps(obj).encode())
-
-        def do_GET(self):
-            if not self._host_ok():
-                return self._json(403, {"error": "only 127.0.0.1 / localhost may be named as the host"})
-            url = urlparse(self.path)
-            if url.path == "/":
-                return self._send(200, page.encode(), "text/html; charset=utf-8")
-            if url.path == "/api/state":
-                try:
-                    after = int(parse_qs(url.query).get("after", ["-1"])[0])
-                except ValueError:
-                    return self._json(400, {"error": "after must be an integer frame index"})
-                return self._json(200, session.state(after))
-            if url.path == "/api/map":
-                return self._json(200, session.map_image())
-            return self._json(404, {"error": f"no such page {url.path}"})
-
-        def do_POST(self):
-            if not self._host_ok():
-                return self._json(403, {"error": "only 127.0.0.1 / localhost may be named as the host"})
-            try:
-                length = min(int(self.headers.get("Content-Length") or 0), 4096)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                if not isinstance(body, dict):
-                    raise ValueError("expected a JSON object")
-            except ValueError as e:
-                return self._json(400, {"error": f"bad JSON body: {e}"})
-            path = urlparse(self.path).path
-            if path == "/api/key":
-                action = session.key(str(body.get("key", "")), bool(body.get("down", True)))
-                return self._json(200, {"action": action})
-            if path == "/api/mode":
-                mode = body.get("mode")
-                if mode not in MODES:
-                    return self._json(400, {"error": f"mode must be one of {', '.join(MODES)}, got {mode!r}"})
-                session.start(mode)
-                return self._json(200, {"mode": mode})
-            return self._json(404, {"error": f"no such endpoint {path}"})
-
-    return Handler
 
 
-def serve(session: PlaySession, port: int = 0) -> ThreadingHTTPServer:
+def _json(data, status: int = 200):
+    from aiohttp import web
+
+    return web.json_response(data, status=status, headers={"Cache-Control": "no-store"})
+
+
+def make_app(session: PlaySession, port_of):
+    """The aiohttp application: the page, the state, the keys and the mode switch (``port_of()``: the bound port,
+    for the Host check)."""
+    from aiohttp import web
+
+    page = (Path(__file__).resolve().parent / "play_page.html").read_text().encode()
+
+    @web.middleware
+    async def local_only(request, handler):
+        host = (request.headers.get("Host") or "").strip()
+        if host not in {f"{HOST}:{port_of()}", f"localhost:{port_of()}"}:
+            return _json({"error": "only 127.0.0.1 / localhost may be named as the host"}, 403)
+        return await handler(request)
+
+    async def index(request):
+        return web.Response(body=page, content_type="text/html", charset="utf-8",
+                            headers={"Cache-Control": "no-store"})
+
+    async def state(request):
+        try:
+            after = int(request.query.get("after", "-1"))
+        except ValueError:
+            return _json({"error": "after must be an integer frame index"}, 400)
+        return _json(session.state(max(-1, min(after, MAX_AFTER))))
+
+    async def world_map(request):
+        return _json(session.map_image())
+
+    async def key(request):
+        try:
+            keys = read_key_state(await read_request_json(request), session.keys.table)
+        except PayloadError as e:
+            return _json({"error": str(e)}, 400)
+        session.keys.update(keys)
+        return _json({"held": list(session.keys.held()), "action": session.held()})
+
+    async def mode(request):
+        try:
+            body = await read_request_json(request)
+        except PayloadError as e:
+            return _json({"error": str(e)}, 400)
+        chosen = body.get("mode") if isinstance(body, dict) else None
+        if not isinstance(chosen, str) or chosen not in MODES:
+            return _json({"error": f"mode must be one of {', '.join(MODES)}, got {str(chosen)[:40]!r}"}, 400)
+        # Stopping the rollout joins its thread: off the event loop, so the page keeps being answered meanwhile.
+        await asyncio.get_running_loop().run_in_executor(None, session.start, chosen)
+        return _json({"mode": chosen})
+
+    async def not_found(request):
+        return _json({"error": f"no such page {request.path[:80]}"}, 404)
+
+    from ..fastar_core.rollout.live_actions import MAX_BODY_BYTES
+
+    app = web.Application(middlewares=[local_only], client_max_size=MAX_BODY_BYTES)
+    app.add_routes([web.get("/", index), web.get("/api/state", state), web.get("/api/map", world_map),
+                    web.post("/api/key", key), web.post("/api/mode", mode), web.route("*", "/{tail:.*}", not_found)])
+    return app
+
+
+class PlayServer:
+    """The play page's aiohttp server, on 127.0.0.1 in a thread of its own (its own event loop)."""
+
+    def __init__(self, session: PlaySession, port: int = 0):
+        self.session = session
+        self.requested_port = port
+        self.port = port
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._runner = None
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="fastar-play-server")
+
+    @property
+    def server_address(self) -> tuple:
+        return HOST, self.port
+
+    def start(self) -> PlayServer:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            self._thread.join()
+            if isinstance(error, OSError):  # one line naming the port ("Address already in use" names none)
+                raise port_error(error, self.requested_port, HOST) from None
+            raise error
+        return self
+
+    def _serve(self) -> None:
+        from aiohttp import web
+
+        asyncio.set_event_loop(self.loop)
+        # A client that goes away mid-answer is aiohttp's to drop, quietly (no traceback on the console).
+        logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+        try:
+            self._runner = web.AppRunner(make_app(self.session, lambda: self.port), access_log=None,
+                                         handle_signals=False)
+            self.loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, HOST, self.requested_port, backlog=BACKLOG, reuse_address=False)
+            self.loop.run_until_complete(site.start())
+            self.port = self._runner.addresses[0][1]
+        except BaseException as e:  # reported by start(), in the caller's thread
+            self._error = e
+            self._ready.set()
+            self.loop.close()
+            return
+        self._ready.set()
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.run_until_complete(self._runner.cleanup())
+            self.loop.close()
+
+    def shutdown(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join()
+
+    def server_close(self) -> None:
+        """Nothing left to close once ``shutdown`` has returned (kept for callers of the former server)."""
+
+
+def serve(session: PlaySession, port: int = 0) -> PlayServer:
     """Bind 127.0.0.1 (``port`` 0: any free port) and serve in a thread; returns the server (``.server_address``)."""
-    holder = [port]
-    server = ThreadingHTTPServer((HOST, port), make_handler(session, holder))
-    holder[0] = server.server_address[1]
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return PlayServer(session, port).start()
+
+
+def require_aiohttp() -> None:
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise FastARError("fastar play serves its page with aiohttp, which is not installed: pip install "
+                          "'comfyui-fastar[demo]' (or pip install aiohttp)") from None
 
 
 def run_play(weights=None, port: int = 8765, map_seed: int = 1, seed: int = 0, mode: str = "fastar",
              max_fps: float = 30.0) -> int:
-    from ..fastar_core.errors import FastARError
-    from .demo.model import load_demo_model
+    from .demo.bundled import load_demo_model
     from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 
+    require_aiohttp()
     path = Path(weights) if weights else WEIGHTS_DIR / WORLD_WEIGHTS_FILE
-    demo = load_demo_model(path)
-    if not demo.is_world:
-        raise FastARError(f"{path}: not a steered-world model; train one with `fastar train-demo --world steer`")
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    session = PlaySession(demo, map_seed=map_seed, seed=seed, max_fps=max_fps)
+    session = PlaySession(None, map_seed=map_seed, seed=seed, max_fps=max_fps)
+    session.mode = mode
     server = serve(session, port)
-    session.start(mode)
-    print(f"fastar play: open http://{HOST}:{server.server_address[1]}/ (arrow keys or WASD steer; Ctrl-C stops)",
-          flush=True)
+    print(f"fastar play: open http://{HOST}:{server.server_address[1]}/ (loading {path.name}; arrow keys or WASD "
+          "steer; Ctrl-C stops)", flush=True)
     try:
+        demo = load_demo_model(path)
+        if not demo.is_world:
+            raise FastARError(f"{path}: not a steered-world model; train one with `fastar train-demo --world steer`")
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        session.attach(demo)
+        session.start(mode)
+        print("fastar play: the model is loaded and playing", flush=True)
         while True:
             time.sleep(1.0)
     finally:

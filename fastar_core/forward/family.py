@@ -14,7 +14,8 @@ cross-attention K/V per pass (image latents, actions) puts the rollout's ``Condi
 - ``block_tail``: the block after cross-attention (Wan: residual and feed-forward; Matrix-Game puts its action
   module between them);
 - ``extra_caches``: caches of its own, committed and rewound with the self-attention cache (``CacheSet``);
-- ``check_rollout`` / ``before_chunk``: what it refuses, and what it needs before a chunk runs (actions).
+- ``check_rollout`` / ``before_chunk``: what it refuses, and what it needs before a chunk runs (actions);
+- ``make_runner`` / ``rope_max_distance``: the runner a front end builds for it, and its attention's RoPE clamp.
 
 ``family_for(model)`` asks every registered family whether a module tree is its own; Wan is the default (Wan2.1
 T2V, I2V used as T2V and Wan2.2 TI2V-5B have the same block). A new family subclasses ``ModelFamily`` and calls
@@ -66,6 +67,32 @@ class ModelFamily:
     def latent_channels(self, model) -> int:
         """Channels of the latents the model denoises (16 for Wan2.1, 48 for Wan2.2 TI2V-5B): its input's."""
         return int(model.patch_embedding.weight.shape[1])
+
+    @property
+    def rope_max_distance(self) -> int | None:
+        """Temporal RoPE distances past this are clamped in attention (a model trained on short clips), or None."""
+        return None
+
+    def make_runner(self, model, **kw):
+        """A runner of the family's own for its module tree (``kw``: dtype, device, compile settings), for a family
+        that conditions every forward on more (the demo world's keys); None: a plain ``CausalRunner``
+        (``runner.runner_for`` builds whichever applies)."""
+        return None
+
+    def geometry(self, model):
+        """How the model's latents map to video (a ``rollout.video_geometry.VideoGeometry``), or None for the Wan
+        VAE its latent channels name (Wan2.1's 8x, Wan2.2's 16x; 4 frames per latent frame)."""
+        return None
+
+    def own_rollout(self) -> tuple | None:
+        """(frames_per_block, schedule) of the family's own inference, which a live play runs and a sampler's
+        schedule 'model's own' names; None where the checkpoint's family decides (Wan: the user picks)."""
+        return None
+
+    def live_variant(self) -> str | None:
+        """The action script variant (``rollout/action_script.VARIANTS``) a person steers this model with live: its
+        key table and how held keys become actions. None: not a world model."""
+        return None
 
     def own_cache(self):
         """The self-attention cache the family's own inference uses (a ``CacheSpec``), or None when that is the

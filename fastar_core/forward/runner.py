@@ -257,6 +257,12 @@ class CausalRunner:
         return out.reshape(B, c, F * pt, gh * ph, gw * pw).float()
 
 
+def runner_for(model, family: ModelFamily | None = None, **kw) -> CausalRunner:
+    """The runner that drives ``model``: its family's own (``ModelFamily.make_runner``) or a ``CausalRunner``."""
+    family = family or family_for(model)
+    return family.make_runner(model, **kw) or CausalRunner(model, family=family, **kw)
+
+
 def pad_text(context: torch.Tensor, text_len: int) -> torch.Tensor:
     """Zero rows appended up to ``text_len`` tokens; longer prompts pass unchanged (ComfyUI accepts them)."""
     missing = text_len - context.shape[1]

@@ -25,6 +25,9 @@ action names of its benchmark conditions), so a script means what the model was 
 - gta_drive: W forward, S back (keyboard, 2 columns); A, D steer left, right (mouse yaw, by ``mouse_step``).
 - templerun: Q no move, W jump, S slide, Z turn left, C turn right, A left side, D right side (keyboard, 7 columns,
   one action at a time; no key held is Q, the model's own "no move"); no mouse.
+- demo_world (the bundled demo world, ``fastar_core/families/demo``): W up, S down, A left, D right, one at a time,
+  Q (or no key) holds the camera still; no mouse. Its latent is the video itself, so it takes one action per frame
+  (``time_stride`` 1) and its ``fps`` defaults to 16, the demo's video rate.
 
 - lingbot (LingBot-World 2.0, steered by a camera path): W forward, S back, A strafe left, D strafe right; I or the
   up arrow ("up") looks up, K ("down") down, J ("left") turns left, L ("right") right. The script becomes a camera
@@ -32,7 +35,9 @@ action names of its benchmark conditions), so a script means what the model was 
   second; only ratios reach the model), ``turn_rate`` and ``look_rate`` (degrees per second; defaults 16 and 7,
   the release's example paths' medians), ``fov`` (the horizontal field of view of its intrinsics, default 79
   degrees); its ``fps`` defaults to 16, the release's video rate. A held key keeps moving or turning the camera
-  every frame; releasing it stops it at once.
+  every frame; releasing it stops it at once. ``translation_scale`` (default 0: the release's, every translation
+  divided by the path's longest) divides by a fixed number instead: a live play's (``live_actions.LivePlay``), which
+  could not know the longest move of a path still being played, so its script replays it bit for bit.
 
 ``mouse`` gives [pitch, yaw] per frame directly instead of camera or steering keys (Matrix-Game only).
 ``mouse_step`` (default 0.1, the reference's camera value) is the per-frame move of those keys. ``fps`` (default 12,
@@ -59,12 +64,13 @@ from .video_geometry import VAE_TEMPORAL
 
 DEFAULT_FPS = 12.0
 DEFAULT_MOUSE_STEP = 0.1
-CAMERA_DEFAULTS = (MOVE_SPEED, TURN_RATE, LOOK_RATE, FOV)
+CAMERA_DEFAULTS = (MOVE_SPEED, TURN_RATE, LOOK_RATE, FOV, 0.0)
 MAX_FPS = 240.0
 MAX_ENTRIES = 100_000
 MAX_SECONDS = 24 * 3600.0
 MAX_FILE_BYTES = 1 << 20  # an action script's text, from a file or a node's widget
-CAMERA_FIELDS = ("move_speed", "turn_rate", "look_rate", "fov")  # the camera variants' motion model
+# the camera variants' motion model, and the divisor of its translations (0: the path's longest move)
+CAMERA_FIELDS = ("move_speed", "turn_rate", "look_rate", "fov", "translation_scale")
 BASE_FIELDS = ("variant", "fps", "mouse_step", "timeline")
 SCRIPT_FIELDS = (*BASE_FIELDS, *CAMERA_FIELDS)
 ENTRY_FIELDS = ("at", "keys", "mouse")
@@ -88,7 +94,11 @@ class Variant:
     one_at_a_time: bool = False
     idle_letter: str | None = None  # the key that means "no move" when none is held
     camera: bool = False  # steered by a camera path: the script becomes poses (to_poses), not tensors
+    # video frames per latent frame after the first: 4 through Wan's VAE, 1 where the latent is the video (demo)
+    time_stride: int = VAE_TEMPORAL
     default_fps: float = DEFAULT_FPS
+    # the letters a browser's ArrowUp, ArrowDown, ArrowLeft, ArrowRight press (live play), if any
+    arrows: tuple = ()
 
     @property
     def keyboard_dim(self) -> int:
@@ -111,15 +121,15 @@ VARIANTS = {
         Key("W", "forward", 0), Key("S", "back", 1), Key("A", "left", 2), Key("D", "right", 3),
         Key("I", "camera_up", mouse=(1.0, 0.0)), Key("K", "camera_down", mouse=(-1.0, 0.0)),
         Key("J", "camera_l", mouse=(0.0, -1.0)), Key("L", "camera_r", mouse=(0.0, 1.0)),
-    ), has_mouse=True),
+    ), has_mouse=True, arrows=("I", "K", "J", "L")),
     "gta_drive": Variant("gta_drive", (
         Key("W", "forward", 0), Key("S", "back", 1),
         Key("A", "camera_l", mouse=(0.0, -1.0)), Key("D", "camera_r", mouse=(0.0, 1.0)),
-    ), has_mouse=True),
+    ), has_mouse=True, arrows=("W", "S", "A", "D")),
     "templerun": Variant("templerun", (
         Key("Q", "nomove", 0), Key("W", "jump", 1), Key("S", "slide", 2), Key("Z", "turnleft", 3),
         Key("C", "turnright", 4), Key("A", "leftside", 5), Key("D", "rightside", 6),
-    ), has_mouse=False, one_at_a_time=True, idle_letter="Q"),
+    ), has_mouse=False, one_at_a_time=True, idle_letter="Q", arrows=("W", "S", "Z", "C")),
     "lingbot": Variant("lingbot", (
         Key("W", "forward", motion=(1.0, 0.0, 0.0, 0.0)), Key("S", "back", motion=(-1.0, 0.0, 0.0, 0.0)),
         Key("A", "strafe_left", motion=(0.0, -1.0, 0.0, 0.0)), Key("D", "strafe_right", motion=(0.0, 1.0, 0.0, 0.0)),
@@ -127,7 +137,12 @@ VARIANTS = {
         Key("K", "look_down", motion=(0.0, 0.0, -1.0, 0.0), aliases=("down",)),
         Key("J", "turn_left", motion=(0.0, 0.0, 0.0, -1.0), aliases=("left",)),
         Key("L", "turn_right", motion=(0.0, 0.0, 0.0, 1.0), aliases=("right",)),
-    ), has_mouse=False, camera=True, default_fps=16.0),
+    ), has_mouse=False, camera=True, default_fps=16.0, arrows=("I", "K", "J", "L")),
+    # The bundled demo world (fastar_core/families/demo): a camera moved one patch a frame, or held still (Q).
+    "demo_world": Variant("demo_world", (
+        Key("Q", "none", 0), Key("W", "up", 1), Key("S", "down", 2), Key("A", "left", 3), Key("D", "right", 4),
+    ), has_mouse=False, one_at_a_time=True, idle_letter="Q", time_stride=1, default_fps=16.0,
+        arrows=("W", "S", "A", "D")),
 }
 
 
@@ -150,6 +165,7 @@ class ActionScript:
     turn_rate: float = TURN_RATE
     look_rate: float = LOOK_RATE
     fov: float = FOV
+    translation_scale: float = 0.0  # 0: the release's (the path's longest move); else a fixed divisor (a live play's)
 
     @property
     def spec(self) -> Variant:
@@ -192,6 +208,11 @@ class ActionScript:
             held[start:end] = np.sum([self.spec.of(k).motion for k in entry.keys], axis=0) if entry.keys else 0.0
         return poses_from_keys(held, self.fps, self.move_speed, self.turn_rate, self.look_rate)
 
+    def camera_scale(self) -> float | None:
+        """What a camera variant's translations are divided by: None for the release's own (the longest move of
+        the path), else the script's fixed ``translation_scale``."""
+        return self.translation_scale or None
+
     def intrinsics(self) -> np.ndarray:
         """A camera variant's intrinsics ``[fx, fy, cx, cy]`` (pixels of a 480 x 832 video) for its ``fov``."""
         return intrinsics_for_fov(self.fov)
@@ -199,7 +220,7 @@ class ActionScript:
     def to_tensors(self, pixel_frames: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(keyboard [pixel_frames, keys], mouse [pixel_frames, 2] or None), float32: each entry's actions from
         its frame until the next entry's. Entries at or past the end are left out (``unused``)."""
-        check_pixel_frames(pixel_frames)
+        check_pixel_frames(pixel_frames, stride=self.spec.time_stride)
         if self.spec.camera:
             raise FastARError(f"a {self.variant} script steers a camera: turn it into poses (to_poses)")
         keyboard = torch.zeros(pixel_frames, self.spec.keyboard_dim)
@@ -266,11 +287,12 @@ def _exact(x: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def check_pixel_frames(pixel_frames, what: str = "pixel_frames") -> int:
+def check_pixel_frames(pixel_frames, what: str = "pixel_frames", stride: int = VAE_TEMPORAL) -> int:
+    """A video's frame count: ``1 + stride (T - 1)`` for ``T`` latent frames (any count where ``stride`` is 1)."""
     if isinstance(pixel_frames, bool) or not isinstance(pixel_frames, int) or pixel_frames < 1 \
-            or (pixel_frames - 1) % VAE_TEMPORAL:
-        raise FastARError(f"{what} {shown(pixel_frames)}: actions cover a video of 1 + 4(T - 1) frames for T latent "
-                          "frames (1, 5, 9, ...)")
+            or (pixel_frames - 1) % stride:
+        raise FastARError(f"{what} {shown(pixel_frames)}: actions cover a video of 1 + {stride}(T - 1) frames for T "
+                          f"latent frames ({', '.join(str(1 + stride * t) for t in range(3))}, ...)")
     return pixel_frames
 
 
@@ -352,13 +374,17 @@ def parse_script(data, what: str = "action script", entry_names: list[str] | Non
         raise FastARError(f"{what}: fps {fps:g} is out of range; valid: more than 0, at most {MAX_FPS:g}")
     wrong = [f for f in (("mouse_step",) if spec.camera else CAMERA_FIELDS) if f in data]
     if wrong:
-        kind = ("a camera path (move_speed, turn_rate, look_rate, fov)" if spec.camera
+        kind = (f"a camera path ({', '.join(CAMERA_FIELDS)})" if spec.camera
                 else "keys and a mouse (mouse_step)")
         raise FastARError(f"{what}: {', '.join(wrong)} is not for {variant}, which is steered by {kind}")
     camera = {}
     for name, default in zip(CAMERA_FIELDS, CAMERA_DEFAULTS):
         value = _finite_number(data.get(name, default), f"{what}: {name}")
-        if value <= 0 or (name == "fov" and value >= 180):
+        if name == "translation_scale":
+            if value < 0:
+                raise FastARError(f"{what}: translation_scale {value:g} is out of range; valid: 0 (the path's "
+                                  "longest move, as the release divides) or more")
+        elif value <= 0 or (name == "fov" and value >= 180):
             raise FastARError(f"{what}: {name} {value:g} is out of range; valid: more than 0"
                               + (", less than 180 (degrees)" if name == "fov" else ""))
         camera[name] = value
@@ -533,7 +559,7 @@ def script_from_tensors(keyboard: torch.Tensor, mouse: torch.Tensor | None, vari
         raise FastARError(f"{what}: keyboard has shape {list(keyboard.shape)}; {variant} takes [frames, "
                           f"{spec.keyboard_dim}]")
     frames = keyboard.shape[0]
-    check_pixel_frames(frames, f"{what}: keyboard frames")
+    check_pixel_frames(frames, f"{what}: keyboard frames", spec.time_stride)
     if spec.has_mouse != (mouse is not None):
         raise FastARError(f"{what}: {variant} {'takes' if spec.has_mouse else 'has no'} mouse actions")
     if mouse is not None and tuple(mouse.shape) != (frames, 2):
@@ -557,6 +583,22 @@ def script_from_tensors(keyboard: torch.Tensor, mouse: torch.Tensor | None, vari
                 entry["keys"] += mouse_keys
         timeline.append(entry)
     return parse_script({"variant": variant, "fps": fps, "mouse_step": mouse_step, "timeline": timeline}, what)
+
+
+def script_from_held(held: list, variant: str, fps: float, what: str = "actions", **camera) -> ActionScript:
+    """A camera variant's keys held in each video frame (``held[f]``: letters) as the shortest script that holds
+    them (a change starts an entry); ``camera``: its motion model's fields (``CAMERA_FIELDS``)."""
+    spec = VARIANTS[check_variant(variant, what)]
+    if not spec.camera:
+        raise FastARError(f"{what}: {variant} is steered by keyboard and mouse tensors (script_from_tensors)")
+    check_pixel_frames(len(held), f"{what}: frames", spec.time_stride)
+    timeline = []
+    previous = None
+    for f, letters in enumerate(held):
+        if tuple(letters) != previous:
+            previous = tuple(letters)
+            timeline.append({"at": round(f / fps, 6), "keys": list(letters)})
+    return parse_script({"variant": variant, "fps": fps, **camera, "timeline": timeline}, what)
 
 
 def _keys_of_row(spec: Variant, row, frame: int, what: str) -> list[str]:

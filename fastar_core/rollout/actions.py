@@ -2,7 +2,8 @@
 
 A world model (Matrix-Game 2.0) is steered by what the player does in every *pixel* frame of the video: the VAE
 packs 4 pixel frames into one latent frame after a first frame of its own, so ``T`` latent frames are
-``1 + 4 (T - 1)`` pixel frames. Keyboard actions are multi-hot (one column per key); mouse actions are
+``1 + 4 (T - 1)`` pixel frames (the demo world, whose latent is the video itself, has one per latent frame:
+``time_stride`` 1). Keyboard actions are multi-hot (one column per key); mouse actions are
 ``[pitch, yaw]`` camera deltas per frame, absent for keyboard-only variants.
 
 ``Actions`` holds what is known so far and can grow between chunks. A chunk ending at latent frame ``t`` needs
@@ -24,9 +25,10 @@ from ..memory import send_to_device
 VAE_TIME_STRIDE = 4  # pixel frames per latent frame after the first (the Wan VAE's temporal compression)
 
 
-def pixel_frames(latent_frames: int) -> int:
-    """Pixel frames that ``latent_frames`` latent frames decode to."""
-    return 0 if latent_frames <= 0 else 1 + VAE_TIME_STRIDE * (latent_frames - 1)
+def pixel_frames(latent_frames: int, time_stride: int = VAE_TIME_STRIDE) -> int:
+    """Pixel frames that ``latent_frames`` latent frames decode to (``time_stride`` per latent frame after the
+    first)."""
+    return 0 if latent_frames <= 0 else 1 + time_stride * (latent_frames - 1)
 
 
 @dataclass(frozen=True)
@@ -67,15 +69,19 @@ class Actions:
     """Keyboard ``[pixel_frames, num_keys]`` and mouse ``[pixel_frames, 2]`` (or None) actions, appendable.
 
     ``source``: where frames come from once those given run out (a callback or an iterator, see ``ActionSource``).
+    ``time_stride``: pixel frames per latent frame after the first (4 for Wan's VAE; 1 where the latent is the
+    video).
     """
 
-    def __init__(self, keyboard, mouse=None, source: ActionSource | None = None):
+    def __init__(self, keyboard, mouse=None, source: ActionSource | None = None,
+                 time_stride: int = VAE_TIME_STRIDE):
         self.keyboard = _as_tensor(keyboard, "keyboard", _width(keyboard))
         self.mouse = None if mouse is None else _as_tensor(mouse, "mouse", 2)
         if self.mouse is not None and self.mouse.shape[0] != self.keyboard.shape[0]:
             raise FastARError(f"mouse actions cover {self.mouse.shape[0]} pixel frames but keyboard actions "
                               f"{self.keyboard.shape[0]}; give both for the same frames")
         self.source = source
+        self.time_stride = time_stride
 
     @property
     def num_frames(self) -> int:
@@ -114,7 +120,7 @@ class Actions:
     def require(self, latent_frames: int) -> None:
         """Make sure the actions cover the pixel frames of latent frames ``0 .. latent_frames - 1``, asking the
         source for more; raise naming what is missing when they cannot."""
-        need = pixel_frames(latent_frames)
+        need = pixel_frames(latent_frames, self.time_stride)
         while self.num_frames < need and self.source is not None:
             known = self.num_frames
             if isinstance(self.source, Iterator):
@@ -130,13 +136,13 @@ class Actions:
                                   f"{need - 1}")
         if self.num_frames < need:
             raise FastARError(f"the actions cover {self.num_frames} pixel frames; latent frame {latent_frames - 1} "
-                              f"needs {need} (1 + 4 x {latent_frames - 1})")
+                              f"needs {need} (1 + {self.time_stride} x {latent_frames - 1})")
 
     def upto(self, latent_frames: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(keyboard, mouse) of the pixel frames of latent frames ``0 .. latent_frames - 1``, batch-first
         ``[1, frames, width]`` (the same actions steer every batch item)."""
         self.require(latent_frames)
-        n = pixel_frames(latent_frames)
+        n = pixel_frames(latent_frames, self.time_stride)
         keyboard = send_to_device(self.keyboard[:n], device, dtype)[None]
         mouse = None if self.mouse is None else send_to_device(self.mouse[:n], device, dtype)[None]
         return keyboard, mouse

@@ -3,9 +3,10 @@
 Wan2.1 text-to-video reads the prompts only. Image-conditioned families join latent channels to the noisy input
 of every frame (``concat``: Matrix-Game 2.0's 4-channel first-frame mask and the start image's 16-channel VAE
 latent, ``[B, C, T, h, w]`` over the whole rollout) and take their cross-attention context from CLIP-vision
-tokens (``clip``: ``[B, 257, 1280]``). World models add the player's ``actions`` (Matrix-Game 2.0) or a
-``camera`` path (LingBot-World 2.0: a relative motion per latent frame, whose rays a pass makes for its own frames).
-A family says which of these it needs (``ModelFamily.check_rollout``) and reads them per pass.
+tokens (``clip``: ``[B, 257, 1280]``). World models add the player's ``actions`` (Matrix-Game 2.0, the demo world,
+which also takes the camera's start ``place``) or a ``camera`` path (LingBot-World 2.0: a relative motion per latent
+frame, whose rays a pass makes for its own frames). A family says which of these it needs
+(``ModelFamily.check_rollout``) and reads them per pass.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Conditioning:
     clip: torch.Tensor | None = None  # [B, tokens, clip_dim] CLIP-vision features: the cross-attention context
     actions: Actions | None = None  # keyboard / mouse per pixel frame
     camera: object = None  # a family's camera path (LingBot-World 2.0: lingbot.camera.CameraConditioning)
+    place: tuple | None = None  # the demo world's camera start on its map: (x, y) in patches
 
     @classmethod
     def coerce(cls, value) -> Conditioning:

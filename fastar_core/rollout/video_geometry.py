@@ -8,6 +8,7 @@ patches pixel sizes step by 16 and 32. The spatial functions take the stride (de
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..errors import FastARError
 
@@ -49,6 +50,40 @@ def check_video_frames(name: str, length: int) -> int:
         raise FastARError(f"{name} {length} is not a valid Wan video length (4k+1 frames: ..., 77, 81, 85, ...); "
                           f"nearest valid lengths: {lo} or {hi}")
     return latent_frames(length)
+
+
+@dataclass(frozen=True)
+class VideoGeometry:
+    """How a model's latents map to the video a person sees: pixels per latent row/column (``spatial``), video
+    frames per latent frame after the first (``temporal``) and the DiT's spatial patch. A Wan VAE's by default;
+    the demo world's latent is its video (``spatial`` and ``temporal`` 1, 4x4 patches)."""
+
+    spatial: int = VAE_SPATIAL
+    temporal: int = VAE_TEMPORAL
+    patch: int = PATCH
+
+    def video_frames(self, latent_frames: int) -> int:
+        return 1 + self.temporal * (latent_frames - 1) if latent_frames > 0 else 0
+
+    def check_length(self, name: str, length: int) -> int:
+        """Latent frames of a ``length``-frame video (every length where ``temporal`` is 1)."""
+        if self.temporal == VAE_TEMPORAL:
+            return check_video_frames(name, length)
+        if length < 1 or (length - 1) % self.temporal:
+            raise FastARError(f"{name} {length}: this model's videos have 1 + {self.temporal}k frames")
+        return (length - 1) // self.temporal + 1
+
+    def check_pixels(self, name: str, value: int) -> int:
+        if self.patch == PATCH:
+            return check_pixel_size(name, value, self.spatial)
+        step = self.spatial * self.patch
+        if value < step or value % step:
+            raise FastARError(f"{name} {value} is not a multiple of {step} (this model's {self.patch}x{self.patch} "
+                              "patches)")
+        return value // self.spatial
+
+    def pixels(self, latent: int) -> int:
+        return latent * self.spatial
 
 
 def latent_size(pixels: int, stride: int = VAE_SPATIAL) -> int:

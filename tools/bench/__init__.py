@@ -46,6 +46,14 @@ def run_bench(args) -> int:
         from .lingbot_cap import run_lingbot_cap_bench
 
         run_lingbot_cap_bench(out, frames=args.frames, rounds=args.repeats or 5, seed=args.seed)
+    elif args.what == "live-world":
+        from .live_world import run_live_world_bench
+
+        report = run_live_world_bench(out, frames=args.frames, rounds=args.repeats or 5, seed=args.seed,
+                                      weights=args.weights)
+        for name, mode in report["modes"].items():
+            print(f"{name}: {mode['frame_rate']}, cache at the end {mode['cache_mib_last']} MiB")
+        print(f"verdict: {report['verdict']}")
     elif args.what == "world-ceiling":
         from .world_ceiling import run_world_ceiling
 

@@ -48,10 +48,10 @@ class Scenario:
 
 
 def demo_scenario(seed: int = 0, device="cpu") -> Scenario:
-    from ..demo.model import load_demo_model
+    from ..demo.bundled import load_demo_model, render_start
 
     demo = load_demo_model(device=device)
-    start = demo.render_start(seed, long_prompt=True)
+    start = render_start(demo, seed, long_prompt=True)
     return Scenario(
         name="demo", model=demo.model, context=demo.encode_prompt(start.prompt), latent_hw=demo.frame_size,
         channels=demo.channels, schedule=demo.schedule, frames_per_block=demo.frames_per_block,

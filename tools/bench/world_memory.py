@@ -37,9 +37,9 @@ def memory_modes(capacity: int) -> dict:
 
 def run_world_memory(out_dir, weights=None, frames: int = 240, seeds=None, capacity: int = 21, seed: int = 0,
                      log=print) -> dict:
-    from ..demo.model import load_demo_model
+    from ...fastar_core.families.demo.steer_world import make_map
+    from ..demo.bundled import load_demo_model
     from ..demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
-    from ..demo.steer_world import make_map
     from ..demo.world_bar import WORLD_SEEDS, bar_track
     from ..demo.world_eval import MIN_GAP, evaluate_world
     from ..demo_world_command import live_plateau, run_world_modes

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from ...fastar_core.caches import CacheSpec
+from ...fastar_core.families.demo.model import DemoModel
+from .bundled import latents_to_frames, render_start
 from .evaluate import Thresholds, evaluate_rollout
-from .model import DemoModel, latents_to_frames
 
 BAR_FRAMES = 240
 BAR_SEEDS = (1, 2, 3)
@@ -36,7 +37,7 @@ class BarCase:
 
 def run_case(demo: DemoModel, seed: int, cache: str = "window", num_frames: int = BAR_FRAMES,
              thresholds: Thresholds | None = None, noise_seed: int = 0) -> BarCase:
-    start = demo.render_start(seed, frames=demo.frames_per_block)
+    start = render_start(demo, seed, frames=demo.frames_per_block)
     t0 = time.perf_counter()
     result = demo.generate(start, num_frames, cache=BAR_CACHES[cache], seed=noise_seed)
     seconds = time.perf_counter() - t0

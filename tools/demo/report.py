@@ -171,7 +171,7 @@ in fp16 ({(out_dir / WEIGHTS_FILE).stat().st_size / 1e6:.1f} MB, `model.diffusio
 Recommended rollout (stored in the file's metadata, applied by `load_demo_model`): chunks of
 {meta['frames_per_block']} frames, {len(meta['schedule'])} flow-matching steps at sigmas {meta['schedule']},
 clean pass at context noise {meta['context_noise']}, image-to-video from a rendered start chunk
-(`DemoModel.render_start`), temporal RoPE distances clamped to {meta['rope_max_distance']} frames
+(`bundled.render_start`), temporal RoPE distances clamped to {meta['rope_max_distance']} frames
 (`DenseAttention(rope_max_distance=...)`): the model was trained on {meta['trained_span_frames']}-frame clips.
 
 ## Recipe
@@ -269,7 +269,7 @@ def _parameter_count(path: Path) -> int:
 def write_report(out_dir, seeds=BAR_SEEDS, caches=tuple(BAR_CACHES), num_frames: int = BAR_FRAMES, notes: str = "",
                  log=print) -> dict:
     """``notes``: a Markdown paragraph placed under the verdict (observations on these particular weights)."""
-    from .model import load_demo_model
+    from .bundled import load_demo_model
 
     out_dir = Path(out_dir)
     demo = load_demo_model(out_dir / WEIGHTS_FILE)

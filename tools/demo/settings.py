@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ...fastar_core.families.demo.text import TEXT_DIM, TEXT_LEN
 from ...fastar_core.model.wan_config import WanConfig
-from .text import TEXT_DIM, TEXT_LEN
 from .world import CHANNELS, FRAME_SIZE
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -28,7 +28,6 @@ FRAMES_PER_BLOCK = 3
 # every frame is one key away from a clean frame.
 WORLD_MODEL_CONFIG = replace(MODEL_CONFIG, in_dim=2 * CHANNELS + 1)
 WORLD_FRAMES_PER_BLOCK = 1
-WORLD_KIND = "steer"  # a steered-world file's ``world.kind``, and its training state's ``world``
 # Few steps as in the distilled AR models, but unshifted: 24x24 frames need no shift towards high noise.
 DEMO_SIGMAS = (1.0, 0.75, 0.5, 0.25)
 # The steered world's model is not distilled: each re-noised step of DEMO_SIGMAS asks it for the mean of what the

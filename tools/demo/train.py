@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ...fastar_core.caches import CacheSpec
+from ...fastar_core.families.demo.text import TEXT_LEN, TextEncoder, Tokenizer
 from ...fastar_core.forward.attention import DenseAttention
 from ...fastar_core.forward.runner import CausalRunner
 from ...fastar_core.model.wan_model import WanModel
@@ -38,9 +39,8 @@ from .settings import (
     WEIGHTS_FILE,
 )
 from .teacher_forcing import TeacherForcingForward
-from .text import TEXT_LEN, TextEncoder, Tokenizer, default_vocabulary
 from .weights_io import save_demo_weights
-from .world import CHANNELS
+from .world import CHANNELS, default_vocabulary
 
 STATE_FILE = "train_state.pt"
 STATE_KEYS = ("model", "text_encoder", "ema_model", "ema_text", "optimizer", "step", "elapsed", "losses", "seed",
@@ -159,11 +159,15 @@ class Trainer:
         EMA weights, the optimizer starts afresh. Words new to this vocabulary get fresh embeddings; words the
         file knows keep theirs. The file's training summary is kept as an earlier phase. Returns the file's
         tensors, for what a subclass saves beside the models."""
+        from ...fastar_core.families.demo.text import STATE_PREFIX
+        from ...fastar_core.families.demo.weights_file import (
+            check_encoder_shapes,
+            check_finite_tensors,
+            read_demo_metadata,
+        )
         from ...fastar_core.files.raw import read_raw
         from ...fastar_core.files.wan_checkpoint import checkpoint_errors
         from .settings import MODEL_PREFIX
-        from .text import STATE_PREFIX
-        from .weights_file import check_encoder_shapes, check_finite_tensors, read_demo_metadata
 
         meta = read_demo_metadata(path)  # every entry checked by type and range before it is used
         with checkpoint_errors(path):

@@ -96,10 +96,10 @@ def read_training_state(path) -> dict:
     """A ``train_state.pt`` read through the engine's checked loader (``weights_only``, its pickle bounded before
     torch reads it), and checked to hold what a training state holds."""
     from ...fastar_core.errors import CheckpointError
+    from ...fastar_core.families.demo.weights_file import STATE_FIELDS, check_finite_tensors
     from ...fastar_core.files.metadata_fields import check_fields
     from ...fastar_core.files.raw import read_raw
     from ...fastar_core.files.wan_checkpoint import checkpoint_errors
-    from .weights_file import STATE_FIELDS, check_finite_tensors
 
     path = Path(path)
     with checkpoint_errors(path):

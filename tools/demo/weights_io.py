@@ -1,10 +1,11 @@
-"""The bundled weights file: one fp16 safetensors holding the video model and its text encoder.
+"""Writing the bundled weights file: one fp16 safetensors holding the video model and its text encoder (read back by
+``fastar_core/families/demo/model.py``).
 
 The video model's keys carry ComfyUI's bundle prefix (``model.diffusion_model.``), which the engine's
 checkpoint loader strips, so ``load_wan_model`` and ``fastar info`` read the file as any Wan checkpoint; the text
 encoder sits beside it under ``text_encoder.``. The metadata holds the Wan config (``fastar_config``) and a
 ``demo`` entry: vocabulary, trained span, recommended rollout settings and a training summary. It is read back,
-every entry checked, by ``weights_file.py``.
+every entry checked, by ``fastar_core/families/demo/weights_file.py``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import torch
 
+from ...fastar_core.families.demo.text import STATE_PREFIX
 from .settings import MODEL_PREFIX
-from .text import STATE_PREFIX
 
 
 def save_demo_weights(model, text_encoder, path, demo_metadata: dict, dtype=torch.float16,

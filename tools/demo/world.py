@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...fastar_core.families.demo.text import PAD, UNK, split_words
+
 FRAME_SIZE = 24  # 36 tokens per frame with 4x4 patches: small enough to train and roll out on a CPU
 CHANNELS = 3
 SUPERSAMPLE = 4  # anti-aliased edges, so sub-pixel motion shows in the pixels
@@ -160,6 +162,18 @@ FILLER_CLOSINGS = (
     ", all over the same quiet background .",
     ", and the background itself stays perfectly still .",
 )
+
+
+_CORE_WORDS = ("a", "the", ",", ".", "moves", "bounces", "left", "right", "up", "down", "diagonally", "while")
+
+
+def default_vocabulary() -> list[str]:
+    """The text encoder's vocabulary: special tokens first (padding is id 0), then every word the scenes' prompts
+    use, sorted."""
+    words = set(_CORE_WORDS) | set(PALETTE) | set(SHAPES) | set(SIZE_WORDS) | set(SPEED_WORDS)
+    for sentence in FILLER_OPENINGS + FILLER_CLOSINGS:
+        words |= set(split_words(sentence))
+    return [PAD, UNK, *sorted(words)]
 
 
 def _background(seed: int, tone: tuple, size: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from .steer_world import (
+from ...fastar_core.families.demo.steer_world import (
     LANDMARK_SPACING,
     MAP_SIZE,
     STEP,

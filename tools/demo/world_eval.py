@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from .steer_world import ACTIONS, MOVES, STEP, Track
+from ...fastar_core.families.demo.steer_world import ACTIONS, MOVES, STEP, Track
 
 DATA_RANGE = 2.0
 BAR = {"action_following": 0.90, "carried_psnr_db": 28.0, "revisit_own_db": 28.0, "spread_tolerance": 0.25,
@@ -167,9 +167,9 @@ def world_rollout(demo, world_map, track: Track, cache=None, fastar=None, seed: 
     end; dense attention unless ``fastar`` (a ``FastARConfig``) is given. Returns (frames ``[T, 3, H, W]``,
     the true views, the sampler's result)."""
     from ...fastar_core.caches import CacheSpec
+    from ...fastar_core.families.demo.steer_world import render_track
     from ...fastar_core.rollout.engine import build_sampler
     from ...fastar_core.rollout.sampler import ARSampler
-    from .steer_world import render_track
 
     truth = render_track(world_map, track)
     start = demo.frames_per_block

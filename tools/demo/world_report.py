@@ -17,10 +17,10 @@ import textwrap
 import time
 from pathlib import Path
 
+from ...fastar_core.families.demo.steer_world import make_map
 from ..outputs import strict_json
 from .report import _parameter_count, _plt, plot_loss
 from .settings import WEIGHTS_FILE
-from .steer_world import make_map
 from .world_bar import WORLD_FRAMES, WORLD_SEEDS, bar_track, perfect_band
 from .world_eval import BAR, MIN_GAP, evaluate_world
 
@@ -138,7 +138,7 @@ def _wrap(text: str) -> str:
 
 
 def _design(meta: dict) -> str:
-    from .map_rope import POSITIONS
+    from ...fastar_core.families.demo.map_rope import POSITIONS
 
     world = meta["world"]
     if world.get("positions") != POSITIONS:
@@ -177,7 +177,7 @@ def _design(meta: dict) -> str:
 
 def write_world_report(out_dir, seeds=WORLD_SEEDS, frames: int = WORLD_FRAMES, notes: str = "", log=print,
                        band_draws: int = BAND_DRAWS) -> dict:
-    from .model import load_demo_model
+    from .bundled import load_demo_model
 
     out_dir = Path(out_dir)
     demo = load_demo_model(out_dir / WEIGHTS_FILE)
@@ -213,7 +213,7 @@ def verdict_line(evaluation: dict) -> str:
 
 def write_world_card(out_dir, weights, notes: str = "") -> None:
     """WORLD_MODEL_CARD.md in ``out_dir`` from its ``world_eval.json`` and the metadata of ``weights``."""
-    from .model import load_demo_model
+    from .bundled import load_demo_model
 
     out_dir = Path(out_dir)
     evaluation = json.loads((out_dir / "world_eval.json").read_text())

@@ -27,8 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...fastar_core.model.rope import apply_rope
-from .actions import (
+from ...fastar_core.families.demo.actions import (
     REFERENCE_INPUT,
     STATE_PREFIX,
     ActionEncoder,
@@ -37,10 +36,8 @@ from .actions import (
     moved_reference,
     reference_frames,
 )
-from .data import clip_seed, step_generator
-from .map_rope import POSITIONS, MapRoPE, map_positions
-from .settings import FRAME_HW, WORLD_FRAMES_PER_BLOCK, WORLD_KIND, WORLD_MODEL_CONFIG, WORLD_SAMPLER
-from .steer_world import (
+from ...fastar_core.families.demo.map_rope import POSITIONS, MapRoPE, map_positions
+from ...fastar_core.families.demo.steer_world import (
     MAP_SIZE,
     STEP,
     VIEW_SIZE,
@@ -52,6 +49,10 @@ from .steer_world import (
     render_track,
     track_from_actions,
 )
+from ...fastar_core.families.demo.weights_file import WORLD_KIND
+from ...fastar_core.model.rope import apply_rope
+from .data import clip_seed, step_generator
+from .settings import FRAME_HW, WORLD_FRAMES_PER_BLOCK, WORLD_MODEL_CONFIG, WORLD_SAMPLER
 from .teacher_forcing import TeacherForcingAttention, TeacherForcingForward, split_frames
 from .train import Trainer, TrainRecipe
 

@@ -17,7 +17,7 @@ from ...errors import FastARError
 from ...forward.family import ModelFamily, register_family
 from ...rollout.conditioning import ChunkConcat, check_first_frame_conditioning
 from .config import VAE_STRIDE, LingBotConfig
-from .rollout import default_cache
+from .rollout import FRAMES_PER_BLOCK, SCHEDULE, default_cache
 
 
 def camera_embedding(model, tokens: torch.Tensor) -> torch.Tensor:
@@ -63,6 +63,12 @@ class LingBotFamily(ModelFamily):
 
     def own_cache(self):
         return default_cache(self.config)
+
+    def own_rollout(self) -> tuple:
+        return FRAMES_PER_BLOCK, SCHEDULE
+
+    def live_variant(self) -> str:
+        return "lingbot"  # its key timeline's variant: keys walk a camera (live.KeyCamera, one call per chunk)
 
     # -- rollout checks -------------------------------------------------------------------------------------
     def check_rollout(self, cfg, cond) -> None:

@@ -16,7 +16,7 @@ from ...rollout.conditioning import ChunkConcat, check_first_frame_conditioning
 from .action import action_module
 from .caches import FrameWindowCache
 from .config import MatrixGameConfig
-from .rollout import default_cache
+from .rollout import FRAMES_PER_BLOCK, default_cache
 
 
 @register_family
@@ -50,6 +50,12 @@ class MatrixGameFamily(ModelFamily):
 
     def own_cache(self):
         return default_cache(self.config)
+
+    def own_rollout(self) -> tuple:
+        return FRAMES_PER_BLOCK, self.config.schedule_name
+
+    def live_variant(self) -> str:
+        return self.config.variant
 
     def fastar_attention_refusal(self) -> str:
         return ("FAST-AR's attention patch is written for Wan's text-conditioned block (AnnCA merges a padded text "

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from ...fastar_core.model.rope import grid_positions, rope_axes
+from ...model.rope import grid_positions, rope_axes
 
 POSITIONS = "map"  # world metadata ``positions``: rotary positions are places on the map, time dropped
 

@@ -1,4 +1,5 @@
-"""The demo's text encoder: a word tokenizer over the world's vocabulary and a tiny learned encoder.
+"""The demo's text encoder: a word tokenizer over a vocabulary stored in the weights file and a tiny learned encoder
+(the trainer builds the vocabulary from the scenes' prompts: ``tools/demo/world.default_vocabulary``).
 
 Its output mimics UMT5's as Wan models see it: ``[B, text_len, text_dim]`` with every row past the prompt's
 last token exactly zero, so the engine's padded-token handling (and prompt pruning) meets what it meets on
@@ -14,22 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .world import FILLER_CLOSINGS, FILLER_OPENINGS, PALETTE, SHAPES, SIZE_WORDS, SPEED_WORDS
-
 PAD, UNK = "<pad>", "<unk>"
 TEXT_LEN = 64
 TEXT_DIM = 64
 STATE_PREFIX = "text_encoder."
-
-_CORE_WORDS = ("a", "the", ",", ".", "moves", "bounces", "left", "right", "up", "down", "diagonally", "while")
-
-
-def default_vocabulary() -> list[str]:
-    """Special tokens first (padding is id 0), then every word the world's prompts use, sorted."""
-    words = set(_CORE_WORDS) | set(PALETTE) | set(SHAPES) | set(SIZE_WORDS) | set(SPEED_WORDS)
-    for sentence in FILLER_OPENINGS + FILLER_CLOSINGS:
-        words |= set(split_words(sentence))
-    return [PAD, UNK, *sorted(words)]
 
 
 def split_words(text: str) -> list[str]:

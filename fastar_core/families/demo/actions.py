@@ -30,7 +30,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from ...fastar_core.forward.runner import CausalRunner
+from ...forward.runner import CausalRunner
 from .map_rope import MapRoPE, map_positions
 from .steer_world import ACTIONS, STEP, Track
 
@@ -49,10 +49,11 @@ class ActionEncoder(nn.Module):
         self.offset_x = nn.Embedding(2 * self.max_offset + 1, dim)
         self.offset_y = nn.Embedding(2 * self.max_offset + 1, dim)
         self.position = nn.Linear(4 * POSITION_FREQS, dim)
-        self.out = nn.Sequential(nn.SiLU(), nn.Linear(dim, dim))
+        last = nn.Linear(dim, dim)
+        self.out = nn.Sequential(nn.SiLU(), last)
         with torch.no_grad():  # starts as no conditioning at all: training grows it from zero, as DiT's head
-            self.out[1].weight.mul_(0.1)
-            self.out[1].bias.zero_()
+            last.weight.mul_(0.1)
+            last.bias.zero_()
 
     def frame_conditions(self, actions: torch.Tensor, positions: torch.Tensor, frames: torch.Tensor):
         """Per frame of ``frames`` (absolute indices ``[F]``): (key ``[B, F]``, offset ``[B, F, 2]``, position

@@ -1,6 +1,6 @@
 """Reading a demo weights file (the sprite model or the steered world model) without trusting it.
 
-``weights_io.py`` writes the file: the video model under ``model.diffusion_model.``, the text encoder under
+``tools/demo/weights_io.py`` writes the file: the video model under ``model.diffusion_model.``, the text encoder under
 ``text_encoder.``, a world model's action encoder under ``action_encoder.``, and a ``demo`` metadata entry. Here
 it is read back the way the engine reads a checkpoint (``fastar_core/files``), for ``fastar demo``,
 ``fastar play``, ``fastar bench --model world`` and ``fastar train-demo --init-from``:
@@ -13,7 +13,7 @@ it is read back the way the engine reads a checkpoint (``fastar_core/files``), f
    before a byte is read, and every weight finite (``read_encoder_states``).
 
 A trainer's ``train_state.pt`` (``--init-from``, a resumed run) has its entries in ``STATE_FIELDS`` and its
-tensors, optimizer moments included, checked finite the same way (``train_command.read_training_state``).
+tensors, optimizer moments included, checked finite the same way (``tools/demo/train_command.read_training_state``).
 
 Every refusal is one ``CheckpointError`` naming the file and the entry.
 """
@@ -24,11 +24,12 @@ from pathlib import Path
 
 import torch
 
-from ...fastar_core.errors import CheckpointError
-from ...fastar_core.files.metadata_fields import (
+from ...errors import CheckpointError
+from ...files.metadata_fields import (
     Field,
     Kind,
     any_number,
+    check_fields,
     items,
     list_of,
     number,
@@ -37,15 +38,17 @@ from ...fastar_core.files.metadata_fields import (
     text,
     whole,
 )
-from .actions import REFERENCE_INPUT
+from ...files.raw import read_raw
+from ...files.wan_checkpoint import checkpoint_errors
+from .actions import REFERENCE_INPUT, ActionEncoder
 from .actions import STATE_PREFIX as ACTION_PREFIX
 from .map_rope import POSITIONS
-from .settings import WORLD_KIND
 from .steer_world import MAP_SIZE, STEP, VIEW_SIZE
-from .text import PAD, STATE_PREFIX, UNK
+from .text import PAD, STATE_PREFIX, UNK, TextEncoder
 
 METADATA_KEY = "demo"
 MAX_STEPS = 100  # denoising steps per chunk: Wan's samplers take at most 50; each is one forward per chunk
+WORLD_KIND = "steer"  # a steered-world file's ``world.kind``, and its training state's ``world``
 MAX_SIDE = 1024  # pixels of a frame side: the demo renders whole frames on the CPU
 
 
@@ -71,7 +74,10 @@ def _path_shares() -> Kind:
 
 
 def _map_size() -> Kind:
-    return Kind(lambda v: whole(VIEW_SIZE, 64 * MAP_SIZE).fits(v) and v % STEP == 0,
+    def fits(v) -> bool:
+        return whole(VIEW_SIZE, 64 * MAP_SIZE).fits(v) and v % STEP == 0
+
+    return Kind(fits,
                 f"a multiple of {STEP} in {VIEW_SIZE}..{64 * MAP_SIZE:,} (pixels per side of the map)")
 
 
@@ -134,10 +140,6 @@ STATE_FIELDS = (
 
 def read_demo_metadata(path) -> dict:
     """The file's ``demo`` metadata, every entry checked against ``DEMO_FIELDS`` (only the header is read)."""
-    from ...fastar_core.files.metadata_fields import check_fields
-    from ...fastar_core.files.raw import read_raw
-    from ...fastar_core.files.wan_checkpoint import checkpoint_errors
-
     path = Path(path)
     found = {}
 
@@ -190,11 +192,9 @@ def check_against_model(path, meta: dict, config) -> None:
 
 def encoders(meta: dict, config) -> dict:
     """prefix -> the module its tensors load into (on the meta device: shapes only), as the metadata builds it."""
-    from .actions import ActionEncoder
-    from .text import TextEncoder
-
     with torch.device("meta"):
-        modules = {STATE_PREFIX: TextEncoder(len(meta["vocabulary"]), config.text_dim, meta["text_len"])}
+        text_encoder = TextEncoder(len(meta["vocabulary"]), config.text_dim, meta["text_len"])
+        modules: dict[str, torch.nn.Module] = {STATE_PREFIX: text_encoder}
         if "world" in meta:
             modules[ACTION_PREFIX] = ActionEncoder(config.dim, meta["world"]["map_size"] // STEP,
                                                    meta["frames_per_block"])
@@ -220,9 +220,6 @@ def check_encoder_shapes(path, infos: dict, meta: dict, config) -> list:
 def read_encoder_states(path, meta: dict, config) -> dict:
     """prefix -> the state dict (float32) of the text encoder and, for a world model, the action encoder: their
     declared shapes checked (``check_encoder_shapes``) before any is read, every value finite."""
-    from ...fastar_core.files.raw import read_raw
-    from ...fastar_core.files.wan_checkpoint import checkpoint_errors
-
     path = Path(path)
     with checkpoint_errors(path):
         tensors, _ = read_raw(path, before_load=lambda infos, _: check_encoder_shapes(path, infos, meta, config))
