@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 # Only what handles the end of a command is imported before it starts (see ``main``).
-from .console import fill_closed_descriptors, forgiving_stdout, port_error, report_error
+from .console import fill_closed_descriptors, forgiving_stdout, import_holding_interrupts, port_error, report_error
 
 
 def _add_generate(sub):
@@ -278,7 +278,7 @@ def main(argv=None) -> int:
     fill_closed_descriptors()
     stdout = forgiving_stdout()
     try:
-        code = _dispatch(argv)
+        code = _dispatch(argv, program)
     except SystemExit:
         _ended(program)
         raise
@@ -310,7 +310,9 @@ def _ended(program: bool) -> None:
             pass
 
 
-def _dispatch(argv: list) -> int:
+def _dispatch(argv: list, program: bool = False) -> int:
+    if program:  # the process's own command: a Ctrl-C while torch loads is held until it has
+        import_holding_interrupts()
     if argv[:1] == ["train-demo"]:
         from .demo.train_command import main as train_main
 

@@ -78,6 +78,39 @@ class ForgivingStream(io.TextIOBase):
             pass
 
 
+# The libraries every command past its options imports (torch brings its compiler's front end and sympy).
+HEAVY_MODULES = ("numpy", "torch", "torch._dynamo", "safetensors.torch", "triton")
+
+
+def import_holding_interrupts(modules=HEAVY_MODULES) -> None:
+    """Import the heavy libraries with Ctrl-C held until they are in, then honour it. An interrupt inside a
+    library's own import can be swallowed there (a fallback ``except`` around an optional import) and leave a
+    module half made: numpy without ``matrix``, a ``__getattr__`` that recurses, a traceback far from the Ctrl-C.
+    Held, the interrupt becomes the command's one ``interrupted`` line as soon as the imports are done."""
+    import importlib
+    import signal
+    import threading
+
+    held = []
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        try:
+            previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+        except (ValueError, OSError):
+            previous = None
+    try:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # optional (triton), or broken: the command that needs it says so
+                pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+
+
 def fill_closed_descriptors() -> None:
     """A command started with stdin, stdout or stderr closed gets /dev/null there, so that no file it opens
     later is given descriptor 1 or 2 (where a library's own prints would then be written into it)."""
