@@ -116,3 +116,29 @@ def test_a_failed_demo_leaves_no_folder(world, tmp_path, one_thread):
     outcome = run_forked(["demo", "--world", "steer", "--weights", str(damaged), "--frames", "2", "--out", str(out)])
     assert not problems_of(outcome, must_name=damaged.name), outcome.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_ctrl_c_while_torch_imports_is_one_line(tmp_path):
+    """SIGINT from just after main() is called through the heavy imports (numpy, torch and its compiler front end)
+    into a LingBot-World 2.0 run: an interrupt inside a library's import is held until the import is done, so it
+    is the one 'interrupted' line, never a half-imported numpy failing later with a traceback."""
+    from fuzz_lingbot import good_camera, good_model
+
+    model, camera = good_model(tmp_path / "model"), good_camera(tmp_path / "camera")
+    outcomes = []
+    for i, delay in enumerate((0.01, 0.05, 0.15, 0.3, 0.6, 1.0, 1.6)):
+        out = tmp_path / f"run-{i}"
+        proc = program("generate", "--checkpoint", model, "--camera", camera, "--frames", "4", "--out", out,
+                       "--height", "32", "--width", "48")
+        assert proc.stdout.readline() == b"started\n"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        rc, _, err = finished(proc)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err)
+        if rc == 130:
+            assert err.count("\n") == 1 and err.startswith(INTERRUPTED), (delay, err)
+            assert not out.exists() or any(out.iterdir()), f"an empty {out.name} was left after {delay} s"
+        else:
+            assert rc == 0, (delay, rc, err)
+        outcomes.append(rc)
+    assert outcomes[:3] == [130] * 3, outcomes
