@@ -64,6 +64,6 @@ def parse_json(text: str, what: str, max_depth: int = MAX_DEPTH):
     try:
         return json.loads(text, parse_int=bounded_int, parse_constant=lambda c: math.nan)
     except json.JSONDecodeError as e:
-        raise FastARError(f"{what}: not a JSON file ({e.msg} at line {e.lineno} column {e.colno})") from None
+        raise FastARError(f"{what}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     except RecursionError:
         raise FastARError(f"{what}: nested too deeply (at most {max_depth})") from None
