@@ -16,7 +16,14 @@ import sys
 from pathlib import Path
 
 # Only what handles the end of a command is imported before it starts (see ``main``).
-from .console import fill_closed_descriptors, forgiving_stdout, import_holding_interrupts, port_error, report_error
+from .console import (
+    HEAVY_MODULES,
+    fill_closed_descriptors,
+    forgiving_stdout,
+    import_holding_interrupts,
+    port_error,
+    report_error,
+)
 
 
 def _add_generate(sub):
@@ -278,7 +285,9 @@ def main(argv=None) -> int:
     fill_closed_descriptors()
     stdout = forgiving_stdout()
     try:
-        code = _dispatch(argv, program)
+        if program:  # torch and the engine load here, a Ctrl-C meanwhile held until they have (see console.py)
+            import_holding_interrupts(*HEAVY_MODULES, __package__.rsplit(".", 1)[0] + ".fastar_core")
+        code = _dispatch(argv)
     except SystemExit:
         _ended(program)
         raise
@@ -310,9 +319,7 @@ def _ended(program: bool) -> None:
             pass
 
 
-def _dispatch(argv: list, program: bool = False) -> int:
-    if program:  # the process's own command: a Ctrl-C while torch loads is held until it has
-        import_holding_interrupts()
+def _dispatch(argv: list) -> int:
     if argv[:1] == ["train-demo"]:
         from .demo.train_command import main as train_main
 

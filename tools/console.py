@@ -78,39 +78,6 @@ class ForgivingStream(io.TextIOBase):
             pass
 
 
-# The libraries every command past its options imports (torch brings its compiler's front end and sympy).
-HEAVY_MODULES = ("numpy", "torch", "torch._dynamo", "safetensors.torch", "triton")
-
-
-def import_holding_interrupts(modules=HEAVY_MODULES) -> None:
-    """Import the heavy libraries with Ctrl-C held until they are in, then honour it. An interrupt inside a
-    library's own import can be swallowed there (a fallback ``except`` around an optional import) and leave a
-    module half made: numpy without ``matrix``, a ``__getattr__`` that recurses, a traceback far from the Ctrl-C.
-    Held, the interrupt becomes the command's one ``interrupted`` line as soon as the imports are done."""
-    import importlib
-    import signal
-    import threading
-
-    held = []
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        try:
-            previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-        except (ValueError, OSError):
-            previous = None
-    try:
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except ImportError:  # optional (triton), or broken: the command that needs it says so
-                pass
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    if held:
-        raise KeyboardInterrupt
-
-
 def fill_closed_descriptors() -> None:
     """A command started with stdin, stdout or stderr closed gets /dev/null there, so that no file it opens
     later is given descriptor 1 or 2 (where a library's own prints would then be written into it)."""
@@ -197,3 +164,41 @@ def report_error(e: BaseException) -> int:
         except (OSError, ValueError):
             pass
     return code
+
+
+# The libraries every command imports (torch brings numpy, its compiler's front end and sympy), held whole.
+HEAVY_MODULES = ("numpy", "torch", "torch._dynamo", "safetensors.torch", "triton")
+
+
+def import_holding_interrupts(*modules: str) -> None:
+    """Import ``modules`` with Ctrl-C held back until they have loaded, then raise it as ``KeyboardInterrupt``.
+
+    Torch's import runs C++ that calls back into Python: a KeyboardInterrupt raised inside such a callback cannot
+    cross the C++ frame, and the process dies with ``terminate called after throwing an instance of
+    'pybind11::error_already_set'`` instead of ending with one line. Off the main thread, where no signal handler
+    can be set, the modules are imported plainly. Held, an interrupt can also not be swallowed inside a library's
+    own import (a fallback ``except`` around an optional import) and leave it half made: numpy without
+    ``matrix``, failing later with a traceback far from the Ctrl-C."""
+    import importlib
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # optional (triton): the command that needs it says so
+                pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
