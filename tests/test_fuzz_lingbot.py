@@ -9,6 +9,7 @@ runaway memory (each child's address space capped) and no output folder left beh
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import threading
@@ -48,6 +49,8 @@ def root(tmp_path_factory):
 def refused(argv: list, must_name: str, out) -> list:
     outcome = run_forked(argv, timeout=DEADLINE_S)
     problems = problems_of(outcome, must_name=must_name)
+    if re.search(r"(\S+): \1:", outcome.stderr):
+        problems.append("names the same file twice in a row")
     if out is not None and out.exists():
         problems.append("left its --out behind")
         shutil.rmtree(out)

@@ -202,8 +202,9 @@ def load_lingbot_checkpoint(path, dtype: torch.dtype | None = None,
         source = "(given)"
         if config is None and files.config is not None:
             source = str(files.config)
+            data = _json_file(files.config)
             try:
-                config = from_reference_config(_json_file(files.config))
+                config = from_reference_config(data)
             except (ValueError, TypeError) as e:
                 raise CheckpointError(files.config, str(e)) from None
         shard_files, weight_map = weight_files(files)
