@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npy_format
 
-from ..errors import FastARError
+from ..errors import CheckpointError, FastARError
 from .raw import check_regular_file
 
 MAX_BYTES = 256 << 20
@@ -24,9 +24,11 @@ def read_npy(path, what: str, kinds: str = "f", max_bytes: int = MAX_BYTES) -> n
     """The array in ``path``; ``what`` says what it should be (shown in every message), ``kinds`` the accepted
     ``dtype.kind`` letters (``"f"``: floating point)."""
     p = Path(path)
+    if p.is_dir():
+        raise FastARError(f"{p}: a directory, not a NumPy array file; {what}")
     try:
         size = check_regular_file(p)
-    except FastARError as e:
+    except CheckpointError as e:
         raise FastARError(f"{p}: {e.problem.replace('checkpoint file', 'NumPy array file')}; {what}") from None
     try:
         with open(p, "rb") as f:
