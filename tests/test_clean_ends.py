@@ -134,3 +134,29 @@ def test_an_import_that_ctrl_c_broke_is_an_interrupt():
     assert error_line(broken)[1] == 130
     with pytest.raises(ImportError):
         error_line(ImportError("no interrupt"))
+
+
+def test_ctrl_c_while_torch_imports_is_one_line(tmp_path):
+    """SIGINT from just after main() is called through the heavy imports (numpy, torch and its compiler front end)
+    into a LingBot-World 2.0 run: an interrupt inside a library's import is held until the import is done, so it
+    is the one 'interrupted' line, never a half-imported numpy failing later with a traceback."""
+    from fuzz_lingbot import good_camera, good_model
+
+    model, camera = good_model(tmp_path / "model"), good_camera(tmp_path / "camera")
+    outcomes = []
+    for i, delay in enumerate((0.01, 0.1, 0.3, 0.8, 1.6)):
+        out = tmp_path / f"run-{i}"
+        proc = program("generate", "--checkpoint", model, "--camera", camera, "--frames", "4", "--out", out,
+                       "--height", "32", "--width", "48")
+        assert proc.stdout.readline() == b"started\n"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        rc, _, err = finished(proc)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err)
+        if rc == 130:
+            assert err.count("\n") == 1 and err.startswith(INTERRUPTED), (delay, err)
+            assert not out.exists() or any(out.iterdir()), f"an empty {out.name} was left after {delay} s"
+        else:
+            assert rc == 0, (delay, rc, err)
+        outcomes.append(rc)
+    assert outcomes[:3] == [130] * 3, outcomes

@@ -15,6 +15,7 @@ from .checks import MAX_SEED, check_out
 
 MAX_DEMO_FRAMES = 2400  # ten times the demo's default length; dense attention over more runs for hours
 MAX_BENCH_FRAMES = 100_000
+LINGBOT_CAP_MIN_FRAMES = 8
 MAX_CALIBRATE_FRAMES = 1000
 
 
@@ -136,6 +137,12 @@ def check_bench(args) -> None:
         if not torch.cuda.is_available():
             raise FastARError(f"bench {args.what} needs a CUDA GPU and none is visible; on a CPU run `fastar bench "
                               "rollout`, `fastar bench attention` or the tests")
+    if args.what == "lingbot-cap":
+        if args.model != "demo":
+            raise FastARError(f"--scenario {args.model}: bench lingbot-cap runs its own LingBot-World 2.0 scenario "
+                              "(random weights at its shapes); drop --scenario")
+        check_count("--frames", args.frames, LINGBOT_CAP_MIN_FRAMES, MAX_BENCH_FRAMES,
+                    "a warm-up of two chunks of 4, then the timed chunks")
     # The rollout-only scenarios, and the other benches each runs.
     benches = {"longlive2-5b": ("rollout",), "lingbot": ("rollout", "launches")}.get(getattr(args, "model", None))
     if benches is not None and args.what not in benches:

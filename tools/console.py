@@ -178,26 +178,38 @@ def report_error(e: BaseException) -> int:
     return code
 
 
+# The libraries every command imports (torch brings numpy, its compiler's front end and sympy), held whole.
+HEAVY_MODULES = ("numpy", "torch", "torch._dynamo", "safetensors.torch", "triton")
+
+
 def import_holding_interrupts(*modules: str) -> None:
     """Import ``modules`` with Ctrl-C held back until they have loaded, then raise it as ``KeyboardInterrupt``.
 
     Torch's import runs C++ that calls back into Python: a KeyboardInterrupt raised inside such a callback cannot
     cross the C++ frame, and the process dies with ``terminate called after throwing an instance of
     'pybind11::error_already_set'`` instead of ending with one line. Off the main thread, where no signal handler
-    can be set, the modules are imported plainly."""
+    can be set, the modules are imported plainly. Held, an interrupt can also not be swallowed inside a library's
+    own import (a fallback ``except`` around an optional import) and leave it half made: numpy without
+    ``matrix``, failing later with a traceback far from the Ctrl-C."""
     import importlib
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         for name in modules:
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
         return
     caught: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
     try:
         for name in modules:
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except ImportError:  # optional (triton): the command that needs it says so
+                pass
     finally:
         signal.signal(signal.SIGINT, previous)
     if caught:

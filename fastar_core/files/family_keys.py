@@ -85,10 +85,15 @@ def _folder_of(folder: Path) -> LingBotFiles | None:
     if not folder.is_dir():
         return None
     config = folder / CONFIG_NAME
-    if config.is_file():
-        return LingBotFiles(folder, config=config) if _config_names_lingbot(config) else None
+    if config.is_file() and _config_names_lingbot(config):
+        return LingBotFiles(folder, config=config)
     files = sorted(p for p in folder.iterdir() if p.name.endswith(SAFETENSORS_SUFFIXES) and p.is_file())
-    return LingBotFiles(folder) if any(_file_is_lingbot(f) for f in files[:MAX_FOLDER_FILES]) else None
+    if not any(_file_is_lingbot(f) for f in files[:MAX_FOLDER_FILES]):
+        return None
+    # The camera layers are there: a config.json that is there but unreadable, damaged or naming another class is
+    # this model's, and its loader names what is wrong with it (rather than the folder going unrecognised).
+    there = config.exists() or config.is_symlink()
+    return LingBotFiles(folder, config=config if there else None)
 
 
 def lingbot_files(path) -> LingBotFiles | None:

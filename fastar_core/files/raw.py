@@ -31,7 +31,9 @@ def check_regular_file(path: Path) -> int:
     except OSError as e:
         raise CheckpointError(path, f"cannot be opened: {e.strerror or e}") from None
     if stat.S_ISDIR(st.st_mode):
-        raise CheckpointError(path, "is a directory, not a checkpoint file")
+        raise CheckpointError(path, "is a directory, not a checkpoint file (a folder is read only as a LingBot-World "
+                                    "2.0 model: safetensors shards holding its camera layers, with or without the "
+                                    "config.json naming WanModelFast)")
     if not stat.S_ISREG(st.st_mode):
         kind = ("a character device" if stat.S_ISCHR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)
                 else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
@@ -48,10 +50,12 @@ def sniff(head: bytes, size: int) -> str:
     """What the first bytes say the file is."""
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return "zip"
-    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-        return "pickle"
+    # Before the pickle test: a safetensors header of 640..1535 bytes starts with the bytes a pickle starts with
+    # (its length's low byte 0x80, then 2..5), and a pickle's ninth byte is never the header's "{".
     if len(head) >= 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= size - 8:
         return "safetensors"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "pickle"
     for magic, kind in ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"GGUF", "gguf"),
                         (b"version https://git-lfs", "lfs")):
         if head.startswith(magic):

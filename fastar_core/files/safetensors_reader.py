@@ -106,7 +106,7 @@ def read_header(path: Path, size: int) -> Header:
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
             raise bad(f"entry {name[:80]!r} is not {{dtype, shape, data_offsets}}")
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise bad(f"{name[:80]} has unknown dtype {str(dtype)[:20]!r}")
         if not isinstance(shape, list) or not all(_is_count(s) for s in shape) or len(shape) > 16:
             raise bad(f"{name[:80]} has shape {str(shape)[:60]}; expected up to 16 non-negative integers")

@@ -144,7 +144,7 @@ class LoadedCheckpoint:
 
 
 @contextmanager
-def checkpoint_errors(path):
+def checkpoint_errors(path, what: str = "a Wan2.1 checkpoint"):
     """Whatever goes wrong inside leaves as one CheckpointError naming ``path`` (no traceback, no torch advice)."""
     try:
         yield
@@ -155,7 +155,7 @@ def checkpoint_errors(path):
     except MemoryError:
         raise CheckpointError(path, "not enough memory to read it") from None
     except Exception as e:
-        raise CheckpointError(path, f"cannot be read as a Wan2.1 checkpoint ({type(e).__name__}: {one_line(e)})") \
+        raise CheckpointError(path, f"cannot be read as {what} ({type(e).__name__}: {one_line(e)})") \
             from None
 
 

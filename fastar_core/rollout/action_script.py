@@ -51,7 +51,6 @@ keyboard tensor ``[frames, keys]`` (multi-hot) and a mouse tensor ``[frames, 2]`
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -59,6 +58,7 @@ import numpy as np
 import torch
 
 from ..errors import FastARError, shown
+from ..files.json_files import parse_json
 from .camera_motion import FOV, LOOK_RATE, MOVE_SPEED, TURN_RATE, intrinsics_for_fov, poses_from_keys
 from .video_geometry import VAE_TEMPORAL
 
@@ -468,17 +468,11 @@ def parse_text(text: str, what: str = "action script", variant: str | None = Non
         check_variant(variant, what)
     if fps is not None:
         fps = _finite_number(fps, f"{what}: fps")
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as some editors save UTF-8
     stripped = text.strip()
     names = None
     if stripped.startswith("{"):
-        try:
-            data = json.loads(stripped, parse_constant=lambda c: math.nan)
-        except json.JSONDecodeError as e:
-            raise FastARError(f"{what}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-        except RecursionError:
-            raise FastARError(f"{what}: nested too deeply; an action script is an object with a timeline") from None
-        except ValueError as e:  # e.g. an integer past Python's digit limit
-            raise FastARError(f"{what}: not a usable JSON script ({e})") from None
+        data = parse_json(stripped, what)  # nesting and integers bounded, each refusal naming the script
     else:
         data, names = _lines_to_dict(text, what)
     if isinstance(data, dict):

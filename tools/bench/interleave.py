@@ -16,6 +16,10 @@ from collections import deque
 from collections.abc import Callable
 
 
+class Stopped(Exception):
+    """Raised in a worker at its next turn once the run is stopped."""
+
+
 class Turns:
     """Whose turn it is among named workers; the order of a round rotates every round."""
 
@@ -23,10 +27,19 @@ class Turns:
         self._cond = threading.Condition()
         self._queue = deque(names)
         self._in_round = 0
+        self.stopped = False
 
     def wait(self, name: str) -> None:
         with self._cond:
-            self._cond.wait_for(lambda: self._queue and self._queue[0] == name)
+            self._cond.wait_for(lambda: self.stopped or (self._queue and self._queue[0] == name))
+        if self.stopped:
+            raise Stopped
+
+    def stop(self) -> None:
+        """Every worker ends at its next turn (the caller was interrupted)."""
+        with self._cond:
+            self.stopped = True
+            self._cond.notify_all()
 
     def done(self, name: str) -> None:
         """``name`` (holding the turn) finished a chunk: the next worker's turn."""
@@ -72,8 +85,16 @@ def run_in_turns(jobs: dict[str, Job]) -> dict[str, object]:
                for item in jobs.items()]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:
+        # Interrupted (Ctrl-C): each worker ends at its next turn and is joined here, so none is still inside
+        # torch when the interpreter exits (which aborts the process).
+        turns.stop()
+        for t in threads:
+            t.join()
+        raise
     if errors:
         name, error = next(iter(errors.items()))
         raise error

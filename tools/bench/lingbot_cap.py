@@ -155,7 +155,8 @@ def run_lingbot_cap_bench(out_dir, frames: int = FRAMES, rounds: int = 5, seed: 
             gc.enable()
 
     references = [smoothed(done[REFERENCE][1]) for done in passes]
-    from_frame = FROM_FRAME if frames >= 2 * FROM_FRAME else frames // 2  # a short run (a test) from its middle
+    # A short run (a test) from its middle, and never past its last timed chunk (so every figure has a chunk).
+    from_frame = FROM_FRAME if frames >= 2 * FROM_FRAME else min(frames // 2, (timed - 1) * chunk)
     report_modes = {}
     for name in modes:
         runs = [done[name][1][:timed] for done in passes]

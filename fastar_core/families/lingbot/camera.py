@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ...errors import FastARError
+from ...files.numpy_files import read_npy
 from ...memory import send_to_device
 from .config import RAY_CHANNELS, VAE_STRIDE
 
@@ -41,6 +42,10 @@ REFERENCE_SIZE = (480, 832)  # height, width the intrinsics are given for (the r
 POSES_FILE = "poses.npy"
 INTRINSICS_FILE = "intrinsics.npy"
 MAX_POSES = 1 << 20
+# Intrinsics and translations beyond these make rays or motions that overflow float32 (the rays' precision).
+MIN_FOCAL = 1e-3
+MAX_PIXELS = 1e7
+MAX_TRANSLATION = 1e15
 
 
 # -- rotations ----------------------------------------------------------------------------------------------------
@@ -329,6 +334,11 @@ class CameraPath:
 
 def check_path(poses, intrinsics, source: str = "camera path") -> CameraPath:
     """A ``CameraPath`` from arrays, refusing what is not one (shapes, non-finite values, rotations that are not)."""
+    with np.errstate(all="ignore"):  # an absurd value is refused below, by name, not warned about on the way
+        return _checked_path(poses, intrinsics, source)
+
+
+def _checked_path(poses, intrinsics, source: str) -> CameraPath:
     poses = np.asarray(poses)
     intrinsics = np.asarray(intrinsics)
     if poses.ndim != 3 or poses.shape[1:] != (4, 4) or not 1 <= poses.shape[0] <= MAX_POSES:
@@ -344,8 +354,16 @@ def check_path(poses, intrinsics, source: str = "camera path") -> CameraPath:
     poses, first = poses.astype(np.float64), intrinsics.reshape(-1, 4)[0].astype(np.float64)
     if not np.isfinite(poses).all() or not np.isfinite(first).all():
         raise FastARError(f"{source}: poses or intrinsics contain NaN or infinite values")
-    if first[0] <= 0 or first[1] <= 0:
-        raise FastARError(f"{source}: focal lengths fx {first[0]:g} and fy {first[1]:g} must be positive (pixels)")
+    if not (MIN_FOCAL <= first[0] <= MAX_PIXELS and MIN_FOCAL <= first[1] <= MAX_PIXELS):
+        raise FastARError(f"{source}: focal lengths fx {first[0]:g} and fy {first[1]:g} must be in "
+                          f"{MIN_FOCAL:g}..{MAX_PIXELS:g} pixels (of a 480x832 video)")
+    if not (abs(first[2]) <= MAX_PIXELS and abs(first[3]) <= MAX_PIXELS):
+        raise FastARError(f"{source}: principal point cx {first[2]:g}, cy {first[3]:g} must be within "
+                          f"+-{MAX_PIXELS:g} pixels (of a 480x832 video)")
+    largest = float(np.abs(poses[:, :3, 3]).max())
+    if largest > MAX_TRANSLATION:
+        raise FastARError(f"{source}: a translation of {largest:g}; at most {MAX_TRANSLATION:g} (the path's moves "
+                          "are divided by its largest, so its units are free)")
     rotation = poses[:, :3, :3]
     error = np.abs(rotation @ rotation.transpose(0, 2, 1) - np.eye(3)).max(axis=(1, 2))
     bad = np.flatnonzero((error > 1e-3) | (np.linalg.det(rotation) < 0))
@@ -364,13 +382,11 @@ def read_camera_folder(folder) -> CameraPath:
         raise FastARError(f"{folder}: {'no such folder' if not root.exists() else 'not a folder'}; a camera path is a "
                           f"folder holding {POSES_FILE} and {INTRINSICS_FILE}")
     arrays = []
-    for name in (POSES_FILE, INTRINSICS_FILE):
+    for name, what in ((POSES_FILE, f"{POSES_FILE} holds [frames, 4, 4] floating-point camera-to-world matrices"),
+                       (INTRINSICS_FILE, f"{INTRINSICS_FILE} holds [frames, 4] floating-point fx, fy, cx, cy")):
         path = root / name
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             raise FastARError(f"{folder}: {name} is missing (a camera path holds {POSES_FILE} [frames, 4, 4] and "
                               f"{INTRINSICS_FILE} [frames, 4])")
-        try:
-            arrays.append(np.load(path, allow_pickle=False))
-        except (ValueError, OSError, EOFError) as e:
-            raise FastARError(f"{path}: not a NumPy array file ({str(e).splitlines()[0][:200]})") from None
+        arrays.append(read_npy(path, what))
     return check_path(arrays[0], arrays[1], source=str(folder))

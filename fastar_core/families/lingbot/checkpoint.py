@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from ...errors import CheckpointError
+from ...errors import CheckpointError, FastARError
 from ...files.family_keys import CONFIG_NAME, LingBotFiles, lingbot_files
 from ...files.family_keys import LINGBOT_SUBFOLDER as SUBFOLDER
-from ...files.json_files import read_json
+from ...files.json_files import parse_json, read_json
 from ...files.raw import SAFETENSORS_SUFFIXES, check_regular_file, read_raw
 from ...files.safetensors_reader import read_header
 from ...files.wan_checkpoint import checkpoint_errors, dtype_name
@@ -65,9 +65,28 @@ def find_model_folder(path) -> Path | None:
     return None if files is None else files.folder
 
 
+def _json_file(path: Path, max_bytes: int = 1 << 20):
+    """A JSON file of the folder, its problems said once, naming it."""
+    try:
+        return read_json(path, str(path), max_bytes=max_bytes)
+    except CheckpointError:
+        raise
+    except FastARError as e:
+        raise CheckpointError(path, str(e).removeprefix(f"{path}: ")) from None
+
+
+def _what_is(path: Path) -> str:
+    """What stands where a shard should be, when it is not a regular file."""
+    if path.is_symlink() and not path.exists():
+        return "a broken symbolic link"
+    if not path.exists():
+        return "missing"
+    return "a directory" if path.is_dir() else "not a regular file"
+
+
 def read_index(index_path: Path) -> dict:
     """{tensor name: shard file name} of a diffusers index, checked."""
-    index = read_json(index_path, str(index_path), max_bytes=64 << 20)
+    index = _json_file(index_path, max_bytes=64 << 20)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
@@ -99,7 +118,8 @@ def weight_files(files: LingBotFiles) -> tuple[list[Path], dict | None]:
         missing = [n for n in names if not (folder / n).is_file()]
         if missing:
             raise CheckpointError(index_path, f"lists {len(missing)} shard(s) not in {folder} "
-                                              f"({', '.join(missing[:3])}): download every shard")
+                                              f"({', '.join(f'{n}: {_what_is(folder / n)}' for n in missing[:3])}): "
+                                              "download every shard")
         return [folder / n for n in names], weight_map
     found = sorted(p for p in folder.iterdir() if p.name.endswith(SAFETENSORS_SUFFIXES) and p.is_file())
     if not found:
@@ -160,7 +180,8 @@ def config_in_metadata(headers: dict) -> tuple[LingBotConfig, str] | None:
         if carried is None:
             continue
         try:
-            return from_reference_config(json.loads(carried)), f"{f.name}'s {METADATA_KEY} metadata"
+            return (from_reference_config(parse_json(carried, f"its {METADATA_KEY} metadata")),
+                    f"{f.name}'s {METADATA_KEY} metadata")
         except (ValueError, TypeError) as e:
             raise CheckpointError(f, f"its {METADATA_KEY} metadata is not a LingBot config.json: {e}") from None
     return None
@@ -177,13 +198,14 @@ def load_lingbot_checkpoint(path, dtype: torch.dtype | None = None,
                                     f"the {CONFIG_NAME} naming {CLASS_NAME} beside them, or a folder holding "
                                     f"{SUBFOLDER}/ with them), or its shards on their own")
     folder = files.folder
-    with checkpoint_errors(folder):
+    with checkpoint_errors(folder, "a LingBot-World 2.0 model"):
         source = "(given)"
         if config is None and files.config is not None:
             source = str(files.config)
+            data = _json_file(files.config)
             try:
-                config = from_reference_config(read_json(files.config, source))
-            except ValueError as e:
+                config = from_reference_config(data)
+            except (ValueError, TypeError) as e:
                 raise CheckpointError(files.config, str(e)) from None
         shard_files, weight_map = weight_files(files)
         if len(shard_files) > MAX_SHARDS:

@@ -38,6 +38,8 @@ SIZES = {
 CONSTRUCTOR_DEFAULTS = {"model_type": "t2v", "text_len": 512, "in_dim": 16, "dim": 2048, "ffn_dim": 8192,
                         "freq_dim": 256, "out_dim": 16, "num_heads": 16, "num_layers": 32, "local_attn_size": -1,
                         "sink_size": 0, "eps": 1e-6}
+MAX_WINDOW = 4096
+MAX_TEXT_LEN = 4096
 NEVER_WRITTEN = ("patch_size", "cross_attn_norm", "qk_norm", "text_dim")  # the class's ignore_for_config
 
 
@@ -52,15 +54,20 @@ class LingBotConfig(WanConfig):
     sink_size: int = 0
 
     def __post_init__(self):
+        if _is_int(self.text_len) and self.text_len > MAX_TEXT_LEN:  # a prompt of text_len x 4,096 features
+            raise ValueError(f"text_len {self.text_len} is out of range; valid: 1..{MAX_TEXT_LEN} (UMT5 tokens; the "
+                             "release's is 512)")
         super().__post_init__()
         if self.in_dim != self.out_dim + CONCAT_CHANNELS:
             raise ValueError(f"in_dim {self.in_dim} must be out_dim {self.out_dim} + {CONCAT_CHANNELS} (the mask and "
                              "the start image latent): LingBot-World 2.0 is an image-to-video model")
         window = self.local_attn_size
-        if not _is_int(window) or not (window == -1 or 1 <= window <= 4096):
-            raise ValueError(f"local_attn_size must be -1 (set at run time) or an integer in 1..4096, got {window!r}")
-        if not _is_int(self.sink_size) or self.sink_size < 0 or (window > 0 and self.sink_size >= window):
-            raise ValueError(f"sink_size must be an integer >= 0 and below local_attn_size, got {self.sink_size!r}")
+        if not _is_int(window) or not (window == -1 or 1 <= window <= MAX_WINDOW):
+            raise ValueError(f"local_attn_size must be -1 (set at run time) or an integer in 1..{MAX_WINDOW}, got "
+                             f"{window!r}")
+        if not _is_int(self.sink_size) or not 0 <= self.sink_size < (window if window > 0 else MAX_WINDOW):
+            raise ValueError(f"sink_size must be an integer >= 0 and below local_attn_size (or {MAX_WINDOW} when it "
+                             f"is -1), got {self.sink_size!r}")
 
     @property
     def camera_dim(self) -> int:
