@@ -149,7 +149,8 @@ def _design(meta: dict) -> str:
     gap = world.get("long_return_gap", [30, 150])
     return "\n\n".join(_wrap(t) for t in (
         "**Positions on the map.** Each token's rotary position is its place on the map: the camera's map position "
-        "plus its offset in the view, modulo the map's 24 patches (`tools/demo/map_rope.py`). The rotary "
+        "plus its offset in the view, modulo the map's 24 patches (`fastar_core/families/demo/map_rope.py`). The "
+        "rotary "
         "frequencies are whole cycles per map (1, 3, 5, 7 and 9 per axis: of all sets of five whole frequencies "
         "below the map's limit, odd ones leave the largest gap between a place and its nearest other place), so "
         "the wrap is seamless. Time is dropped (the time pairs stay unrotated): the world is static, a place looks "
@@ -227,9 +228,9 @@ def write_world_card(out_dir, weights, notes: str = "") -> None:
 
 A keyboard-steered world model in the demo family: the Wan2.1 demo architecture ({_parameter_count(weights):,}
 parameters with its text and action encoders, fp16), whose rotary positions are places on its map, conditioned per
-frame on the key pressed and the shift since the frame before (`tools/demo/actions.py`, `tools/demo/map_rope.py`),
-trained by `fastar train-demo --world steer` (`tools/demo/world_train.py`) on the steered world
-(`tools/demo/steer_world.py`).
+frame on the key pressed and the shift since the frame before (`actions.py`, `map_rope.py` in
+`fastar_core/families/demo/`), trained by `fastar train-demo --world steer` (`tools/demo/world_train.py`) on the
+steered world (`fastar_core/families/demo/steer_world.py`).
 
 ## Verdict
 {verdict_line(evaluation)} Failed checks: {fails}.
