@@ -148,3 +148,20 @@ def test_a_camera_path_and_a_lingbot_script_are_refused_by_the_other_models(ling
         check_no_world_inputs(path, prompt())
     with pytest.raises(FastARError, match="steer a world model, but this MODEL is a text-to-video"):
         check_no_world_inputs(keys(), prompt())
+
+
+def test_tempcache_and_fast_ar_attention_hold_what_lingbots_window_holds(lingbot_host, tmp_path):
+    """The sampler's TempCache on LingBot, or FAST-AR Attention's preset under cache 'auto', holds what the release's
+    window caches beside the chunk (14 frames, sink 6: the workflow's sink), and the report says which ran."""
+    model, _ = load(tmp_path)
+    (positive, *_), actions = start(), keys()
+    _, report = sample(model, positive, actions, cache_policy="tempcache", sink_frames=6)
+    assert "cache     : tempcache (sink 6, capacity 14 frames" in report, report
+    assert ("TempCache capacity 14 frames, sink 6: what LingBot-World 2.0 (custom)'s own cache (window (18 frames "
+            "attended, sink 6 and the chunk included)) holds with chunks of 4, in place of TempCache's default 21"
+            ) in report, report
+    patched = NODES["FastAR_Attention"]().patch(model, preset="balanced")[0]
+    latent, report = sample(patched, positive, actions)
+    assert bool(latent.isfinite().all())
+    assert "cache     : tempcache (sink 6, capacity 14 frames" in report, report
+    assert "in place of preset balanced's 21" in report, report

@@ -110,7 +110,8 @@ def build_parser():
                                    "gpu-modes", "lingbot-cap"],
                    help="which benchmark (kernels, gpu-rollout and gpu-modes need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
-    p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
+    p.add_argument("--frames", type=int, default=None,
+                   help="latent frames (default 240; lingbot-cap: 3000, the claim's length)")
     p.add_argument("--model", "--scenario", dest="model", default="demo",
                    choices=["demo", "wan-shapes", "longlive2-5b", "lingbot", "world"],
                    help="rollout model: the demo, random weights at Wan2.1-1.3B shapes, or at Wan2.2-TI2V-5B shapes "
@@ -124,7 +125,7 @@ def build_parser():
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "
                         "frame-rate: rounds, least CPU time per chunk (default 5); lingbot-cap: rounds, least "
-                        "relative cost per chunk (default 5; --frames 3000 for the claim); "
+                        "relative cost per chunk (default 5); "
                         "world-ceiling: perfect draws per seed (default 20)")
     p.add_argument("--capacities", default=None, help="pareto: comma-separated capacities in frames, sink included")
     p.add_argument("--thresholds", default=None, help="pareto: comma-separated TempCache merge thresholds")
