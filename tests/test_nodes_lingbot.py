@@ -76,6 +76,14 @@ def test_the_loader_reads_the_folder_from_any_of_its_shards(lingbot_host, tmp_pa
     assert shard(tmp_path) in lingbot_host.list_files("diffusion_models")
     with pytest.raises(FastARError, match="LoRAs are for the Wan2.1 text models; a LingBot-World 2.0 checkpoint"):
         NODES["FastAR_LoadARVideoModel"]().load(shard(tmp_path), "default", "x.safetensors", 5.0)
+    # One shard away (an editor's missing-model dialog fetches only the one the loader names): the loader names the
+    # rest and where they go.
+    first = sorted((tmp_path / FOLDER).glob("*.safetensors"))[0]
+    moved = first.rename(tmp_path / first.name)
+    with pytest.raises(CheckpointError, match=rf"\({first.name}\): the model needs its whole set; download the "
+                                              "missing shards into that folder under their own names"):
+        load(tmp_path)
+    moved.rename(first)
     # Without its config.json a folder is still recognised by its camera layers; a size the release never had
     # then has nothing to read its sizes from, and says what to put beside the shards.
     (tmp_path / FOLDER / "config.json").unlink()
