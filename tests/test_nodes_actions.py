@@ -43,7 +43,7 @@ def test_the_long_sampler_refuses_actions_for_a_model_that_takes_none(tiny_check
                                           "is a text-to-video Wan model"):
         NODES["FastAR_LongVideoSampler"]().sample(model, [[None, {}]], width=32, height=32, length=13,
                                                    actions=actions)
-    with pytest.raises(FastARError, match="'actions' is a str; connect an Action Script node"):
+    with pytest.raises(FastARError, match="'actions' is a str; connect an Action Script or Camera Path node"):
         NODES["FastAR_LongVideoSampler"]().sample(model, [[None, {}]], width=32, height=32, length=13,
                                                    actions="0 W")
 

@@ -154,7 +154,8 @@ def test_a_camera_path_and_a_lingbot_script_are_refused_by_the_other_models(ling
     with pytest.raises(FastARError, match=r"'actions' \(a camera path\) steer LingBot-World 2.0, but this MODEL is a "
                                           "text-to-video Wan model"):
         check_no_world_inputs(path, prompt())
-    with pytest.raises(FastARError, match="steer a world model, but this MODEL is a text-to-video"):
+    with pytest.raises(FastARError, match=r"'actions' \(lingbot\) steer a LingBot-World 2.0 model, but this MODEL is a "
+                                          "text-to-video"):
         check_no_world_inputs(keys(), prompt())
 
 

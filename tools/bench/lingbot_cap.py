@@ -29,8 +29,8 @@ bit those of a 1,024-frame rollout of the same model, noise and camera. That rol
 pipeline within 1e-5 (``cap_setting`` builds it for both): a causal rollout's frames do not depend on how many
 come after them, given the same camera input. The release divides every move by the longest of the path it is
 given, so the bench divides all its frames by the divisor the release gives the first 1,024 (``release_scale``):
-their camera input is then the release's bit for bit. The raw least CPU times are recorded and plotted beside the relative
-cost; the final chunk (no clean pass) is left out.
+their camera input is then the release's bit for bit. The raw least CPU times are recorded and plotted beside
+the relative cost; the final chunk (no clean pass) is left out.
 """
 
 from __future__ import annotations
