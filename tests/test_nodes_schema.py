@@ -15,7 +15,7 @@ HIDDEN_TYPES = {"PROMPT", "EXTRA_PNGINFO", "UNIQUE_ID"}
 EXPECTED_IDS = {
     "FastAR_LoadARVideoModel", "FastAR_Attention", "FastAR_PromptSchedule", "FastAR_LongVideoSampler",
     "FastAR_SamplerARVideo", "FastAR_ImageToVideo", "FastAR_SaveLongVideo", "FastAR_ActionScript",
-    "FastAR_WorldModelStart",
+    "FastAR_WorldModelStart", "FastAR_LingBotWorldStart", "FastAR_CameraPath",
 }
 
 
