@@ -1,4 +1,5 @@
-"""How much memory a device has free, and one check that a planned allocation fits, made before allocating."""
+"""How much memory a device has free, one check that a planned allocation fits, made before allocating, and host
+tensors sent to a device without the host waiting."""
 
 from __future__ import annotations
 
@@ -74,3 +75,13 @@ def check_fits(nbytes: int, device, what: str, hint: str = "") -> None:
     if free is not None and nbytes > free:
         raise FastARError(f"{what} needs about {format_bytes(nbytes)} but {torch.device(device)} has "
                           f"{format_bytes(free)} free" + (f"; {hint}" if hint else ""))
+
+
+def send_to_device(x: torch.Tensor, device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x`` on ``device`` (in ``dtype``), the host not waiting for it: a host tensor bound for a GPU goes through
+    pinned memory with a non-blocking copy, queued behind the device's work. A plain ``.to(device)`` of pageable
+    memory makes the host wait until the device has caught up (a host sync), and a CUDA graph cannot capture it."""
+    device = torch.device(device)
+    if x.device.type == "cpu" and device.type == "cuda":
+        x = x.pin_memory().to(device, non_blocking=True)
+    return x.to(device=device, dtype=dtype)

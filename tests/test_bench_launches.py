@@ -45,8 +45,7 @@ def test_a_steady_chunk_of_every_mode_reads_the_device_once_and_makes_no_shape_f
     scenario = tiny_scenario()
     counted = {}
     for name, (spec, fastar) in tiny_modes().items():
-        if spec.policy == "recompute":
-            continue  # rebuilt before every chunk: its clean passes are counted with the chunk (below)
+        # (recompute's rebuild, the clean passes before each chunk, is counted with that chunk)
         steady = launches.steady_chunk(launches.count_rollout(scenario, spec, fastar, frames=24))
         counted[name] = steady
         assert steady.syncs_by_kind() == {"tolist": 1}, (name, steady.sync_sites())  # the report, one transfer
@@ -82,3 +81,32 @@ def test_the_estimate_traces_a_model_too_large_for_this_machine_under_fake_tenso
     temp = launches.estimate_mode("tempcache", layers_total=4)
     assert window["host_syncs"] == temp["host_syncs"] == 1 and window["data_dependent_shapes"] == 0
     assert 0 < window["ms_per_chunk"] < temp["ms_per_chunk"] and temp["launches"] > window["launches"]
+
+
+def test_the_bench_counts_lingbot_with_its_camera_and_makes_no_wan_estimate_for_it(tmp_path, monkeypatch, one_thread):
+    from argparse import Namespace
+
+    from comfyui_fastar.fastar_core.errors import FastARError
+    from comfyui_fastar.tools.bench import scenarios
+    from comfyui_fastar.tools.command_checks import check_bench
+
+    def tiny_lingbot(seed, device):
+        return scenarios.lingbot_scenario(seed, device, heads=2, layers=1, latent_hw=(4, 6))
+
+    monkeypatch.setitem(launches.SCENARIOS, "lingbot", tiny_lingbot)
+    report = launches.run_launches_bench(tmp_path, model="lingbot", frames=28, modes=("dense-window", "tempcache"),
+                                         progress=False)
+    assert report["estimate"]["modes"] == {}  # the estimate is about Wan2.1-1.3B's block
+    for mode in ("dense-window", "tempcache"):
+        steady = report["counts"][mode]["steady_chunk"]
+        assert (steady["host_syncs"], steady["data_dependent_shapes"]) == (1, 0), mode
+    assert report["counts"]["tempcache"]["launches_vs_window"] <= 1.5
+
+    def args(what, model):
+        return Namespace(what=what, model=model, seed=0, frames=None, repeats=None, budget=None, modes=None,
+                         capacities=None, thresholds=None, variants=None, weights=None, out=str(tmp_path))
+
+    check_bench(args("launches", "lingbot"))
+    with pytest.raises(FastARError, match="lingbot is a rollout scenario; bench pareto runs on demo or wan-shapes "
+                                          r"\(and bench launches on lingbot\)"):
+        check_bench(args("pareto", "lingbot"))

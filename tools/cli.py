@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 # Only what handles the end of a command is imported before it starts (see ``main``).
-from .console import fill_closed_descriptors, forgiving_stdout, port_error, report_error
+from .console import fill_closed_descriptors, forgiving_stdout, import_holding_interrupts, port_error, report_error
 
 
 def _add_generate(sub):
@@ -279,6 +279,8 @@ def main(argv=None) -> int:
     fill_closed_descriptors()
     stdout = forgiving_stdout()
     try:
+        if program:  # torch and the engine load here, a Ctrl-C meanwhile held until they have (see console.py)
+            import_holding_interrupts("torch", __package__.rsplit(".", 1)[0] + ".fastar_core")
         code = _dispatch(argv)
     except SystemExit:
         _ended(program)

@@ -136,9 +136,12 @@ def check_bench(args) -> None:
         if not torch.cuda.is_available():
             raise FastARError(f"bench {args.what} needs a CUDA GPU and none is visible; on a CPU run `fastar bench "
                               "rollout`, `fastar bench attention` or the tests")
-    if getattr(args, "model", None) in ("longlive2-5b", "lingbot") and args.what != "rollout":
+    # The rollout-only scenarios, and the other benches each runs.
+    benches = {"longlive2-5b": ("rollout",), "lingbot": ("rollout", "launches")}.get(getattr(args, "model", None))
+    if benches is not None and args.what not in benches:
+        also = f" (and bench {', '.join(benches[1:])} on {args.model})" if len(benches) > 1 else ""
         raise FastARError(f"--scenario {args.model} is a rollout scenario; bench {args.what} runs on demo or "
-                          "wan-shapes")
+                          f"wan-shapes{also}")
     if args.modes:
         from .bench.scenarios import bench_modes
 

@@ -164,3 +164,29 @@ def report_error(e: BaseException) -> int:
         except (OSError, ValueError):
             pass
     return code
+
+
+def import_holding_interrupts(*modules: str) -> None:
+    """Import ``modules`` with Ctrl-C held back until they have loaded, then raise it as ``KeyboardInterrupt``.
+
+    Torch's import runs C++ that calls back into Python: a KeyboardInterrupt raised inside such a callback cannot
+    cross the C++ frame, and the process dies with ``terminate called after throwing an instance of
+    'pybind11::error_already_set'`` instead of ending with one line. Off the main thread, where no signal handler
+    can be set, the modules are imported plainly."""
+    import importlib
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        for name in modules:
+            importlib.import_module(name)
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt

@@ -8,14 +8,13 @@ limit; positions may be absolute or relative to the current chunk (negative).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 
-@functools.lru_cache(maxsize=16)
 def _inverse_frequencies(head_dim: int, theta: float) -> torch.Tensor:
-    """Per-pair inverse frequencies, float64, in Wan's (time, height, width) order."""
+    """Per-pair inverse frequencies, float64, in Wan's (time, height, width) order. Made anew each time a table
+    grows (rarely), not cached: a tensor cached while fake tensors trace a model (``fastar bench launches``) would
+    be a fake one that every later real table of that head size mixes with."""
     pairs = head_dim // 2
     hw_pairs = pairs // 3
     t_pairs = pairs - 2 * hw_pairs

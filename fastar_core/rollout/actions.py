@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import FastARError
+from ..memory import send_to_device
 
 VAE_TIME_STRIDE = 4  # pixel frames per latent frame after the first (the Wan VAE's temporal compression)
 
@@ -136,8 +137,8 @@ class Actions:
         ``[1, frames, width]`` (the same actions steer every batch item)."""
         self.require(latent_frames)
         n = pixel_frames(latent_frames)
-        keyboard = self.keyboard[:n].to(device=device, dtype=dtype)[None]
-        mouse = None if self.mouse is None else self.mouse[:n].to(device=device, dtype=dtype)[None]
+        keyboard = send_to_device(self.keyboard[:n], device, dtype)[None]
+        mouse = None if self.mouse is None else send_to_device(self.mouse[:n], device, dtype)[None]
         return keyboard, mouse
 
 

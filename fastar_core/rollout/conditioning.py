@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import FastARError
+from ..memory import send_to_device
 from .actions import Actions
 from .prompts import PromptSchedule
 
@@ -54,6 +55,27 @@ class Conditioning:
             return self.concat[:, :, frame_start:frame_start + frames]
         index = self.concat_index[frame_start:frame_start + frames].to(self.concat.device)
         return self.concat.index_select(2, index)
+
+
+class ChunkConcat:
+    """The joined channels as a family's passes read them: a chunk's frames sent to the pass's device and dtype at
+    the chunk's first pass and kept for its other passes, which read the same frames. One copy per chunk, not one
+    per pass, that the host does not wait for (``send_to_device``); and a captured pass reads the kept tensor
+    rather than capturing a copy from the host."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.value: torch.Tensor | None = None
+
+    def __call__(self, cond: Conditioning, frame_start: int, like: torch.Tensor) -> torch.Tensor:
+        """``[B, C, F, h, w]`` of frames ``frame_start ..`` for a pass whose latent ``like`` has F frames."""
+        frames = like.shape[2]
+        key = (id(cond), id(cond.concat), frame_start, frames, like.device, like.dtype)
+        if key != self.key:
+            self.value = send_to_device(cond.concat_frames(frame_start, frames), like.device, like.dtype)
+            self.key = key
+        assert self.value is not None
+        return self.value
 
 
 MASK_CHANNELS = 4  # the first-frame mask: one channel per video frame a latent frame packs

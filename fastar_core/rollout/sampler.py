@@ -34,6 +34,7 @@ from ..caches.spec import CacheSpec
 from ..errors import FastARError, GenerationCancelled
 from ..forward.attention import PassInfo
 from ..forward.runner import CausalRunner, TextState, add_noise, flow_to_x0
+from ..memory import send_to_device
 from .conditioning import Conditioning
 from .multishot import MultiShot, starts_shot
 from .prompts import PromptSchedule
@@ -179,11 +180,20 @@ class NoiseSource:
 
 
 def _to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Host-made noise onto the device without the host waiting: a GPU copies it from pinned memory in its queue
-    (the noise comes from a CPU generator, so every device gets the same values)."""
-    if torch.device(device).type == "cuda":
-        return x.pin_memory().to(device, non_blocking=True)
-    return x.to(device)
+    """Host-made noise onto the device without the host waiting (the noise comes from a CPU generator, so every
+    device gets the same values)."""
+    return send_to_device(x, device)
+
+
+def frame_runs(frames: list[int]) -> list[tuple[int, int]]:
+    """The ascending frame indices ``frames`` as runs of consecutive frames, ``(start, end)`` each."""
+    runs: list[tuple[int, int]] = []
+    for f in frames:
+        if runs and runs[-1][1] == f:
+            runs[-1] = (runs[-1][0], f + 1)
+        else:
+            runs.append((f, f + 1))
+    return runs
 
 
 @dataclass(frozen=True)
@@ -397,7 +407,7 @@ class RolloutLoop:
     def _start_noise(self, chunk: int) -> torch.Tensor:
         f0, frames = self.plan[chunk]
         if self.initial_noise is not None:
-            return self.initial_noise[:, :, f0:f0 + frames].to(self.runner.device, torch.float32)
+            return send_to_device(self.initial_noise[:, :, f0:f0 + frames], self.runner.device, torch.float32)
         return self.noise(chunk, 0, frames)
 
     def _times(self, schedule: DenoisingSchedule, steps, frames) -> torch.Tensor:
@@ -478,7 +488,12 @@ class RolloutLoop:
         frames = self.cache.context_frames(frame_start, fpb)  # type: ignore[attr-defined]
         reencoded = self.cache.reencoded_frame(frame_start, fpb)  # type: ignore[attr-defined]
         self.cache.reset()  # type: ignore[attr-defined]
-        context = self.latent[:, :, frames].to(self.runner.device)  # a copy: the output keeps its latents
+        if not frames:  # the first chunk: nothing to re-encode
+            return 0
+        # A copy (the output keeps its latents), joined from slices: indexing by the list would send the host's
+        # index to the device on every chunk.
+        context = send_to_device(torch.cat([self.latent[:, :, a:b] for a, b in frame_runs(frames)], dim=2),
+                                 self.runner.device)
         if reencoded is not None:  # Krea without keep_first_frame: the oldest one through the VAE
             assert self.decoded is not None and self.vae is not None and frames[0] == reencoded
             context[:, :, :1] = encode_frame(self.vae, self.decoded.last_pixel(reencoded), context[:, :, :1])

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ...errors import FastARError
+from ...memory import send_to_device
 from .config import RAY_CHANNELS, VAE_STRIDE
 
 REFERENCE_SIZE = (480, 832)  # height, width the intrinsics are given for (the release's own)
@@ -275,7 +276,7 @@ class CameraConditioning:
     def tokens(self, frame_start: int, frames: int, patch_size, device, dtype) -> torch.Tensor:
         """``[1, frames * tokens per frame, camera_dim]`` for latent frames ``frame_start ..``."""
         self.require(frame_start + frames)
-        motion = self.motion[frame_start:frame_start + frames].to(device)
+        motion = send_to_device(self.motion[frame_start:frame_start + frames], device)
         image = rays(motion, tuple(float(v) for v in self.intrinsics), self.height, self.width)
         return camera_tokens(image, patch_size)[None].to(dtype)
 

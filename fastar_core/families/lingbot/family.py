@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from ...errors import FastARError
 from ...forward.family import ModelFamily, register_family
-from ...rollout.conditioning import check_first_frame_conditioning
+from ...rollout.conditioning import ChunkConcat, check_first_frame_conditioning
 from .config import VAE_STRIDE, LingBotConfig
 from .rollout import default_cache
 
@@ -40,6 +40,7 @@ class LingBotFamily(ModelFamily):
     def __init__(self, config: LingBotConfig):
         self.config = config
         self._camera_key: tuple | None = None
+        self._concat = ChunkConcat()  # the chunk's joined channels on the device
         self._camera: torch.Tensor | None = None
 
     @classmethod
@@ -94,6 +95,7 @@ class LingBotFamily(ModelFamily):
             raise FastARError(f"the camera path covers {camera.num_frames} latent frames; the rollout makes "
                               f"{cfg.num_frames}")
         self._camera_key = None
+        self._concat = ChunkConcat()
 
     def before_chunk(self, cond, frame_start: int, frames: int) -> None:
         """A live camera (one with a source) makes the chunk's motion now."""
@@ -107,8 +109,7 @@ class LingBotFamily(ModelFamily):
         return state
 
     def model_input(self, runner, x, context, info):
-        extra = context.cond.concat_frames(info.frame_start, x.shape[2]).to(device=x.device, dtype=x.dtype)
-        return torch.cat([x, extra], dim=1)
+        return torch.cat([x, self._concat(context.cond, info.frame_start, x)], dim=1)
 
     def after_self_attention(self, runner, layer, blk, x, y, gate1, context, info):
         frames = gate1.shape[1]

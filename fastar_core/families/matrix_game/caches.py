@@ -19,12 +19,17 @@ content across frames whose duplicates TempCache folds together.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-
 import torch
 
 from ...caches.cache_set import FamilyCache
 from ...errors import FastARError
+
+
+def frames_before(held: list, frame: int) -> int:
+    """How many of the ordered frames ``held`` come before ``frame``: ``bisect_left``, written out because
+    torch.compile cannot trace the C ``bisect`` (a graph break in every action layer); ``held`` is a window's few
+    frames."""
+    return sum(1 for f in held if f < frame)
 
 
 class FrameWindowCache(FamilyCache):
@@ -42,7 +47,7 @@ class FrameWindowCache(FamilyCache):
         """(k, v) ``[rows, L, H, D]`` of the ``window - query_frames`` most recent frames before ``query_start``
         (views of the buffer: read them before the next commit, which shifts it)."""
         held = self.held[layer]
-        end = bisect_left(held, query_start)  # frames are kept in order
+        end = frames_before(held, query_start)  # frames are kept in order
         start = max(0, end - (self.window - query_frames))
         if end <= start:
             return None
@@ -52,7 +57,7 @@ class FrameWindowCache(FamilyCache):
         frames = k.shape[1]
         if frames > self.window:
             raise FastARError(f"a pass of {frames} frames does not fit the {self.name} cache's {self.window} frames")
-        older = bisect_left(self.held[layer], frame_start)  # frames before this pass stay, the newest of them
+        older = frames_before(self.held[layer], frame_start)  # frames before this pass stay, the newest of them
         keep = min(older, self.window - frames)
         if keep and keep < older:  # shift the kept frames to the front, as the reference rolls its buffer
             for buf in (self.k[layer], self.v[layer]):
@@ -63,7 +68,7 @@ class FrameWindowCache(FamilyCache):
 
     def rewind(self, frame: int) -> None:
         for layer in self.held:
-            self.held[layer] = self.held[layer][:bisect_left(self.held[layer], frame)]
+            self.held[layer] = self.held[layer][:frames_before(self.held[layer], frame)]
 
     def live_bytes(self) -> int:
         return sum(len(h) for h in self.held.values()) * self._row_bytes

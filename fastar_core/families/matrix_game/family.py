@@ -12,7 +12,7 @@ import torch
 
 from ...errors import FastARError
 from ...forward.family import ModelFamily, register_family
-from ...rollout.conditioning import check_first_frame_conditioning
+from ...rollout.conditioning import ChunkConcat, check_first_frame_conditioning
 from .action import action_module
 from .caches import FrameWindowCache
 from .config import MatrixGameConfig
@@ -27,6 +27,7 @@ class MatrixGameFamily(ModelFamily):
     def __init__(self, config: MatrixGameConfig):
         self.config = config
         self._actions_key: tuple | None = None
+        self._concat = ChunkConcat()  # the chunk's joined channels on the device
         self._actions: tuple = (None, None)
 
     @classmethod
@@ -94,6 +95,7 @@ class MatrixGameFamily(ModelFamily):
                                   "Conditioning.actions")
             cond.actions.check_layout(c.action.layout)
         self._actions_key = None
+        self._concat = ChunkConcat()
 
     def before_chunk(self, cond, frame_start: int, frames: int) -> None:
         if cond.actions is not None:
@@ -101,8 +103,7 @@ class MatrixGameFamily(ModelFamily):
 
     # -- the forward's hooks --------------------------------------------------------------------------------
     def model_input(self, runner, x, context, info):
-        extra = context.cond.concat_frames(info.frame_start, x.shape[2]).to(device=x.device, dtype=x.dtype)
-        return torch.cat([x, extra], dim=1)
+        return torch.cat([x, self._concat(context.cond, info.frame_start, x)], dim=1)
 
     def encode_context(self, runner, cond, segment):
         clip = cond.clip.to(device=runner.device, dtype=runner.dtype)
