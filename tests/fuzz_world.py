@@ -44,10 +44,11 @@ def tiny_world_file(path: Path) -> Path:
     save_demo_weights(model, text, path, meta, extra={STATE_PREFIX: actions})
     return path
 # Entries that are records nothing computes with (a loss curve's last value, the recipe, earlier phases).
-RECORDS = ("training.final_loss", "training.recipe.", "training.earlier_phases")
+RECORDS = ("training.final_loss", "training.recipe.", "training.earlier_phases", "world.path_kinds.")
 # Entries a file may leave out (the loader then uses its default or another entry).
 OPTIONAL = {"context_noise", "sampler", "world.step_pixels", "world.view_size", "training.total_steps",
-            "training.total_wall_seconds", "training.final_loss", "training.earlier_phases"}
+            "training.total_wall_seconds", "training.final_loss", "training.earlier_phases", "world.positions",
+            "world.path_kinds", "world.long_return_gap"}
 ONE_OF_EACH = {"text": "6", "number": 6, "list": [6], "object": {"steps": 6}, "bool": True, "null": None}
 SIZES = {  # sizes that become loop counts or allocations, and values just out of range
     "sampler.steps": [10_000, 1e4, 0, 101, 2.5, 10**12],
@@ -60,12 +61,15 @@ SIZES = {  # sizes that become loop counts or allocations, and values just out o
     "channels": [4, 0, 10**6],
     "schedule": [[], [1.0, 1.0], [0.5, 0.8], [0.0], [2000.0], [1.0] * 101, [1.0, "x"], [[1.0]]],
     "trained_span_frames": [0, 10**9],
-    "rope_max_distance": [0, 10**9],
+    "rope_max_distance": [100_001, 10**9],
     "context_noise": [2.0, -0.5],
     "vocabulary": [[], ["<pad>"], ["a", "b"], [0, 1], ["<pad>", "<unk>", 7], ["<pad>", "<unk>", "x" * 200]],
     "world.map_size": [97, 4, 10**9, 0],
     "world.kind": ["fly", "sprites"],
     "world.inputs": ["pixels", ""],
+    "world.positions": ["screen", ""],
+    "world.path_kinds": [{"loop": 2.0}, {"loop": "x"}, {f"k{i}": 0.1 for i in range(17)}],
+    "world.long_return_gap": [[30], [0, 150], [30, 10**9]],
     "world.prompt": ["", "x" * 5000],
     "world.step_pixels": [8, 0],
     "world.view_size": [32, 0],
@@ -204,6 +208,7 @@ def accepted_world_files(root: Path, good: Path) -> dict:
     w = WorldFiles(root, good)
     w.with_value("two-unipc-steps", "sampler.steps", 2)
     w.with_value("no-sampler", "sampler", _DELETE)  # the re-noising steps of its schedule
+    w.with_value("screen-positions", "world.positions", _DELETE)  # an earlier file: positions on the screen
     return w.cases
 
 

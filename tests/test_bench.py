@@ -87,7 +87,7 @@ def test_cross_attention_rows_time_every_path_and_the_pad_merge_is_exact():
 
 def test_fastar_demo_runs_both_modes_in_turn_and_reports_pooled_quality(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--frames", "9", "--out", str(out)]) == 0
+    assert main(["demo", "--world", "sprites", "--frames", "9", "--out", str(out)]) == 0
     stats = json.loads((out / "stats.json").read_text())
     fastar = stats["modes"]["fastar"]
     assert len(fastar["chunks"]) == 3 and fastar["quality"]["frames"] == 9

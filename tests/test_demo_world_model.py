@@ -137,11 +137,12 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
 
     from comfyui_fastar.tools.demo.world_report import write_world_report
 
-    result = write_world_report(out, seeds=(1,), frames=9, log=lambda m: None)
-    assert result == {"passes": {"dense-global": 0, "fastar": 0}, "seeds": 1}
+    result = write_world_report(out, seeds=(1,), frames=9, log=lambda m: None, band_draws=5)
+    assert result == {"passes": {"dense-global": 0, "fastar": 0, "tempcache": 0}, "seeds": 1}
     card = (out / "WORLD_MODEL_CARD.md").read_text()
-    assert "0 of 1 seeds pass with dense-global, 0 of 1 with FAST-AR" in card and "| fastar | 1 | FAIL |" in card
-    assert "UNIPC with 6 steps" in card
+    assert "0 of 1 seeds pass with dense-global, 0 of 1 with FAST-AR, 0 of 1 with TempCache alone" in card
+    assert "| fastar | 1 | FAIL |" in card and "| dense-window | 1 | reported |" in card
+    assert "UNIPC with 6 steps" in card and "Positions on the map" in card
     assert (out / "world_frames.png").stat().st_size > 0 and (out / "world_eval.json").is_file()
 
     import json
@@ -149,13 +150,16 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
     from comfyui_fastar.tools.cli import main as fastar_main
 
     demo_out = tmp_path / "demo"
-    args = ["demo", "--world", "steer", "--weights", str(out / "demo_model.safetensors"), "--frames", "6"]
+    args = ["demo", "--weights", str(out / "demo_model.safetensors"), "--frames", "6"]
     assert fastar_main([*args, "--out", str(demo_out)]) == 0
     stats = json.loads((demo_out / "stats.json").read_text())
-    assert set(stats["modes"]) == {"dense", "fastar"} and stats["speedup"]["cpu_total"] > 0
-    assert stats["modes"]["fastar"]["evaluation"]["frames"] == 6
+    assert set(stats["modes"]) == {"dense-global", "dense-window", "tempcache"}
+    tempcache = stats["modes"]["tempcache"]
+    assert tempcache["evaluation"]["frames"] == 6 and stats["modes"]["dense-global"]["speedup_cpu"] == 1
+    assert "groups are places" in tempcache["cache"]
     assert (demo_out / "world.gif").stat().st_size > 0 and (demo_out / "world.png").stat().st_size > 0
-    assert fastar_main(["demo", "--weights", str(out / "demo_model.safetensors"), "--out", str(demo_out)]) != 0
+    assert fastar_main(["demo", "--world", "sprites", "--weights", str(out / "demo_model.safetensors"),
+                        "--out", str(demo_out)]) != 0
 
     # The revisit figures of `fastar bench pareto --model world`: every point scores the returning views.
     pareto_out = tmp_path / "pareto"
@@ -168,9 +172,9 @@ def test_a_world_run_trains_resumes_and_its_file_rolls_out_through_the_sampler(t
     assert fastar_main(["bench", "rollout", "--model", "world", "--out", str(pareto_out)]) != 0
 
 
-def _rewritten(tmp_path, name, keep_channels=None, inputs="keep"):
+def _rewritten(tmp_path, name, keep_channels=None, inputs="keep", positions="keep"):
     """The bundled world file with its patch embedding cut to ``keep_channels`` inputs and/or its world
-    metadata's ``inputs`` entry dropped or changed."""
+    metadata's ``inputs`` (or ``positions``) entry dropped or changed."""
     import json
 
     from safetensors import safe_open
@@ -190,8 +194,13 @@ def _rewritten(tmp_path, name, keep_channels=None, inputs="keep"):
     demo = json.loads(metadata["demo"])
     if inputs is None:
         demo["world"].pop("inputs")
+        demo["world"].pop("positions", None)  # map positions come with the moved reference frame
     elif inputs != "keep":
         demo["world"]["inputs"] = inputs
+    if positions is None:
+        demo["world"].pop("positions", None)
+    elif positions != "keep":
+        demo["world"]["positions"] = positions
     metadata["demo"] = json.dumps(demo)
     path = tmp_path / name
     save_file(tensors, str(path), metadata=metadata)
@@ -212,6 +221,14 @@ def test_a_keys_only_world_file_still_runs_and_a_mismatched_one_is_refused(tmp_p
         load_demo_model(_rewritten(tmp_path, "no_inputs.safetensors", inputs=None))
     with pytest.raises(FastARError, match="entry 'world.inputs' is 'optical-flow'; valid: one of 'moved-reference'"):
         load_demo_model(_rewritten(tmp_path, "unknown.safetensors", inputs="optical-flow"))
+    with pytest.raises(FastARError, match="entry 'world.positions' is 'sphere'; valid: one of 'map'"):
+        load_demo_model(_rewritten(tmp_path, "sphere.safetensors", positions="sphere"))
+    with pytest.raises(FastARError, match="world entry 'positions' is 'map' but its 'inputs' are 'keys only'"):
+        load_demo_model(_rewritten(tmp_path, "map_keys_only.safetensors", keep_channels=3, inputs=None,
+                                    positions="map"))
+    screen = load_demo_model(_rewritten(tmp_path, "screen.safetensors", positions=None))
+    assert not screen.places_on_map and screen.world_runner([track]).map_rope is None
+    assert load_demo_model(WEIGHTS_DIR / WORLD_WEIGHTS_FILE).places_on_map
 
 
 def test_the_loss_weighs_the_strip_a_move_brings_in():

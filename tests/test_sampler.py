@@ -275,7 +275,7 @@ def test_recache_from_frame_zero_re_encodes_the_sink(policy, switch):
     def spy(*args):
         cache = original(*args)
         prepare, rewind = cache.prepare_commit, cache.rewind
-        cache.prepare_commit = lambda start, n: (passes.append((start, n)), prepare(start, n))[1]
+        cache.prepare_commit = lambda start, n, at=None: (passes.append((start, n)), prepare(start, n, at))[1]
         cache.rewind = lambda frame: (passes.append(("rewind", frame)), rewind(frame))[1]
         built.append(cache)
         return cache

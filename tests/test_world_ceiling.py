@@ -17,8 +17,8 @@ from comfyui_fastar.tools.demo.steer_world import (
     render_track,
     wrapped_distance,
 )
+from comfyui_fastar.tools.demo.world_bar import bar_track
 from comfyui_fastar.tools.demo.world_eval import no_collapse, spread_ratios
-from comfyui_fastar.tools.demo.world_report import bar_track
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

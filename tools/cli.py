@@ -1,7 +1,8 @@
 """The ``fastar`` command line (also ``python -m comfyui_fastar``).
 
 Subcommands: ``info`` (what a checkpoint is), ``generate`` (a long latent video from a checkpoint),
-``demo`` (the bundled model, FAST-AR against dense), ``play`` (steer the world model live in a browser),
+``demo`` (the steered world model: dense-global, the window and TempCache; ``--world sprites``: the sprite model,
+FAST-AR against dense), ``play`` (steer the world model live in a browser),
 ``bench`` (figures as JSON and plots), ``calibrate``
 (per-layer AnnSA recall), ``train-demo`` (re-train the bundled model), ``gpu-check`` (on a GPU machine: backend
 correctness and the GPU benches within a deadline).
@@ -83,14 +84,15 @@ def build_parser():
     _add_weights_entry(p)
     _add_generate(sub)
 
-    p = sub.add_parser("demo", help="generate with the bundled demo model, FAST-AR against dense")
-    p.add_argument("--out", default="fastar-demo", help="output folder (GIFs, stats.json, demo.png)")
-    p.add_argument("--frames", type=int, default=None, help="latent frames to generate after the rendered start "
+    p = sub.add_parser("demo", help="the steered world model: dense-global, the window and TempCache at the same "
+                                    "memory along a path that comes back (--world sprites: the sprite demo)")
+    p.add_argument("--out", default=None, help="output folder (default fastar-demo/world, or fastar-demo/sprites)")
+    p.add_argument("--frames", type=int, default=None, help="latent frames to generate after the given start "
                                                             "(default 240; at most 2400)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
-    p.add_argument("--world", default="sprites", choices=["sprites", "steer"],
-                   help="sprites: the bundled text-to-video demo; steer: the keyboard-steered world model along "
-                        "an out-around-and-back path")
+    p.add_argument("--world", default="steer", choices=["steer", "sprites"],
+                   help="steer: the keyboard-steered world model along an out-around-and-back path (the default); "
+                        "sprites: the bundled text-to-video sprite demo, FAST-AR against dense")
     p.add_argument("--weights", default=None, help="--world steer: a steered-world .safetensors (default: the "
                                                     "bundled world model)")
     p.add_argument("--map-seed", type=int, default=1, help="--world steer: which map")
@@ -107,7 +109,7 @@ def build_parser():
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
                                    "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling", "launches",
-                                   "gpu-modes", "lingbot-cap"],
+                                   "gpu-modes", "lingbot-cap", "world-memory"],
                    help="which benchmark (kernels, gpu-rollout and gpu-modes need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=None,
@@ -118,9 +120,11 @@ def build_parser():
                         "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only), or at "
                         "LingBot-World 2.0's with its rollout (blocks of 4, window 18 sink 6, a camera path; rollout "
                         "only), or the steered world model on a revisiting path (pareto only)")
-    p.add_argument("--weights", default=None, help="--model world: a steered-world .safetensors (default: the "
-                                                    "bundled world model)")
+    p.add_argument("--weights", default=None, help="--model world and world-memory: a steered-world .safetensors "
+                                                    "(default: the bundled world model)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
+    p.add_argument("--map-seeds", default=None, help="world-memory: comma-separated maps (default the world bar's "
+                                                      "1,2,3,4,5,6)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "
@@ -330,6 +334,9 @@ def _dispatch(argv: list) -> int:
         return run_generate(args)
     if args.command == "play":
         command_checks.check_play(args)
+        # Said before the imports and the model load, which take many seconds on a loaded machine.
+        print(f"fastar play: starting (loading {args.weights or 'the bundled world model'}, then serving on "
+              f"127.0.0.1:{args.port or 'a free port'})", flush=True)
         from .play import run_play
 
         try:
@@ -341,6 +348,7 @@ def _dispatch(argv: list) -> int:
 
     # A command that fails leaves no folder it created behind (nor the parents it made for it).
     if args.command == "demo":
+        args.out = args.out or f"fastar-demo/{'world' if args.world == 'steer' else 'sprites'}"
         command_checks.check_demo(args)
         with removed_if_failed(args.out):
             if args.world == "steer":

@@ -166,9 +166,10 @@ def check_bench(args) -> None:
         unknown = [n for n in args.variants.split(",") if n not in VARIANTS]
         if unknown:
             raise FastARError(f"--variants: unknown variants {unknown}; valid: {', '.join(VARIANTS)}")
-    if args.model == "world":
-        if args.what != "pareto":
-            raise FastARError(f"--model world is for `fastar bench pareto` (its revisit figures), not {args.what}")
+    if args.model == "world" or args.what == "world-memory":
+        if args.what not in ("pareto", "world-memory"):
+            raise FastARError(f"--model world is for `fastar bench pareto` (its revisit figures) and world-memory, "
+                              f"not {args.what}")
         check_input_file("--weights", args.weights)
         from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 
@@ -177,7 +178,15 @@ def check_bench(args) -> None:
                               "steer .safetensors>")
         check_world_weights(args.weights)
     elif args.weights is not None:
-        raise FastARError("--weights is for --model world")
+        raise FastARError("--weights is for --model world and bench world-memory")
+    if args.map_seeds is not None:
+        if args.what != "world-memory":
+            raise FastARError(f"--map-seeds is for bench world-memory, not {args.what}")
+        for item in args.map_seeds.split(","):
+            if not item.strip().isdigit():
+                raise FastARError(f"--map-seeds: {item!r} is not a map seed; valid: whole numbers 0..2^31-1, "
+                                  "comma-separated")
+            check_count("--map-seeds", int(item), 0, 2**31 - 1)
     check_folder("--out", args.out)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..fastar_core.fastar.metrics import video_quality
@@ -28,6 +29,25 @@ def to_uint8_frames(latent: torch.Tensor, upscale: int = UPSCALE) -> torch.Tenso
     x = ((latent[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
     x = x.permute(1, 2, 3, 0)
     return x.repeat_interleave(upscale, dim=1).repeat_interleave(upscale, dim=2)
+
+
+def labelled_side_by_side(videos: dict, upscale: int = UPSCALE, header: int = 14) -> torch.Tensor:
+    """Videos ``name -> [T, 3, H, W]`` in [-1, 1] side by side, each pane under its name: uint8 ``[T, header + H*s,
+    n * (W*s + gap) - gap, 3]``."""
+    from PIL import Image, ImageDraw
+
+    panes = [to_uint8_frames(v.permute(1, 0, 2, 3)[None], upscale) for v in videos.values()]
+    T, H, W, _ = panes[0].shape
+    gap = 2
+    width = len(panes) * (W + gap) - gap
+    label = Image.new("RGB", (width, header), (24, 24, 24))
+    draw = ImageDraw.Draw(label)
+    for i, name in enumerate(videos):
+        draw.text((i * (W + gap) + 3, 2), name, fill=(235, 235, 235))
+    top = torch.from_numpy(np.asarray(label).copy())[None].expand(T, -1, -1, -1)
+    spacer = torch.full((T, H, gap, 3), 24, dtype=torch.uint8)
+    row = [p for pane in panes for p in (pane, spacer)][:-1]
+    return torch.cat([top, torch.cat(row, dim=2)], dim=1)
 
 
 def save_gif(frames: torch.Tensor, path: Path, fps: int = 16) -> Path:
@@ -74,7 +94,7 @@ def run_demo(out: Path, frames: int | None = None, seed: int = 0) -> int:
     stats["speedup"] = {"cpu_total": round(d["cpu_seconds_total"] / f["cpu_seconds_total"], 3),
                         "wall_total": round(d["seconds_total"] / f["seconds_total"], 3),
                         "median_chunk_cpu_ratio_last10": round(statistics.median(ratios[-10:]), 3)}
-    side = torch.cat([to_uint8_frames(results["dense"].latent), to_uint8_frames(results["fastar"].latent)], dim=2)
+    side = labelled_side_by_side({name: results[name].latent[0].permute(1, 0, 2, 3) for name in ("dense", "fastar")})
     save_gif(side, out / "compare.gif")
     write_json(out / "stats.json", stats)
     line_plots(out / "demo.png", [

@@ -104,9 +104,9 @@ class PlaySession:
             self._thread = None
 
     def _modes(self):
-        from .demo.world_report import bar_modes
+        from .demo_world_command import world_modes
 
-        modes = bar_modes()
+        modes = world_modes(self.demo.places_on_map)
         return modes["fastar"] if self.mode == "fastar" else modes["dense-global"]
 
     def _run(self, stop: threading.Event) -> None:

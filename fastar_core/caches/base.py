@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..memory import check_fits as fits
+from ..model.rope import chunk_positions
 
 
 @dataclass
@@ -191,10 +192,18 @@ class KVCache(ABC):
 
     # -- writing (one clean pass: prepare once, commit per layer, finish once) --------------------------------
     @abstractmethod
-    def prepare_commit(self, frame_start: int, num_frames: int) -> None: ...
+    def prepare_commit(self, frame_start: int, num_frames: int, positions: torch.Tensor | None = None) -> None:
+        """A clean pass of frames ``frame_start ..`` starts; ``positions`` ``[F * gh * gw, 3]`` are its tokens'
+        (t, h, w) as the runner placed them (None: the frame grid), kept with each entry."""
 
     @abstractmethod
     def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None: ...
+
+    def pass_positions(self, frame_start: int, num_frames: int, positions: torch.Tensor | None) -> torch.Tensor:
+        """The clean pass's token positions: the runner's, or the frame grid."""
+        if positions is None:
+            return chunk_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], self.device)
+        return positions.to(device=self.device, dtype=torch.long)
 
     def finish_commit(self) -> None:  # noqa: B027 - only caches that stage writes need it
         """Called once after the last layer's commit of a clean pass."""

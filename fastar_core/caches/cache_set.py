@@ -49,8 +49,8 @@ class CacheSet:
             raise AttributeError(name)
         return getattr(self.attention, name)
 
-    def prepare_commit(self, frame_start: int, num_frames: int) -> None:
-        self.attention.prepare_commit(frame_start, num_frames)
+    def prepare_commit(self, frame_start: int, num_frames: int, positions=None) -> None:
+        self.attention.prepare_commit(frame_start, num_frames, positions)
         for cache in self.extra.values():
             cache.prepare_commit(frame_start, num_frames)
 

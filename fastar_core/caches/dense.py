@@ -79,7 +79,7 @@ class DenseKVCache(KVCache):
         self.slot_frame = [[-1] * capacity_frames for _ in range(num_layers)]
         self.high_water = [0] * num_layers
         self.evicted_frames = 0
-        self._pending: tuple[int, int] | None = None
+        self._pending: tuple[int, int, torch.Tensor] | None = None
         self.pinned: frozenset = frozenset()  # frames never evicted besides the sink (a multi-shot sink)
 
     def _runs(self, slots) -> list[tuple[int, int]]:
@@ -109,8 +109,8 @@ class DenseKVCache(KVCache):
         slots[slot] = -1
         return slot
 
-    def prepare_commit(self, frame_start: int, num_frames: int) -> None:
-        self._pending = (frame_start, num_frames)
+    def prepare_commit(self, frame_start: int, num_frames: int, positions=None) -> None:
+        self._pending = (frame_start, num_frames, self.pass_positions(frame_start, num_frames, positions))
 
     def pin(self, frames) -> None:
         """Protect these frames from eviction from now on, in place of those pinned before."""
@@ -118,7 +118,7 @@ class DenseKVCache(KVCache):
 
     def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         assert self._pending is not None, "commit outside a clean pass (prepare_commit first)"
-        frame_start, num_frames = self._pending
+        frame_start, num_frames, positions = self._pending
         frames = range(frame_start, frame_start + num_frames)
         room = self.capacity_frames - sum(1 for f in self.slot_frame[layer] if 0 <= f < self.sink_frames
                                           and f not in frames)
@@ -136,7 +136,6 @@ class DenseKVCache(KVCache):
                                   f"{self.capacity_frames} frames ({self.sink_frames} of them sink)")
             self.slot_frame[layer][slot] = f  # reserve now so the chunk's next frame takes another slot
             slots.append(slot)
-        positions = chunk_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], self.device)
         if self.rotated_keys:
             k = rotate(k, positions[None], self.rope.ensure(span_of(frame_start + num_frames, *self.grid_hw)))
         k, v = (k, v) if self.kv_quant == "int8" else (k.to(self.dtype), v.to(self.dtype))
@@ -357,13 +356,13 @@ class GlobalCache(DenseKVCache):
     def attended_frames(cls, spec, committed: int, frames_per_block: int) -> int:
         return committed
 
-    def prepare_commit(self, frame_start: int, num_frames: int) -> None:
+    def prepare_commit(self, frame_start: int, num_frames: int, positions=None) -> None:
         if frame_start + num_frames > self.capacity_frames:
             raise FastARError(
                 f"the global cache was sized for {self.capacity_frames} frames; frame {frame_start + num_frames - 1} "
                 "does not fit"
             )
-        super().prepare_commit(frame_start, num_frames)
+        super().prepare_commit(frame_start, num_frames, positions)
 
 
 class RollingCache(DenseKVCache):

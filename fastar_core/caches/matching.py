@@ -46,7 +46,8 @@ def search_form(x: torch.Tensor) -> torch.Tensor:
 def exact_top1(a: torch.Tensor, b: torch.Tensor, b_valid: torch.Tensor | None = None, chunk: int = CHUNK_ROWS):
     """Cosine top-1 of each row of ``a [B,H,N,D]`` among rows of ``b [B,H,M,D]``.
 
-    ``b_valid [B,H,M]`` bool excludes entries (empty slots, sink). Returns (index [B,H,N] int64, cosine [B,H,N]
+    ``b_valid [B,H,M]`` bool excludes entries (empty slots, sink), or ``[B,H,N,M]`` per row (TempCache's
+    ``same_place``: only the groups at the row's own place). Returns (index [B,H,N] int64, cosine [B,H,N]
     float32; -inf where nothing is allowed).
     """
     B, H, N, D = a.shape
@@ -59,12 +60,14 @@ def exact_top1(a: torch.Tensor, b: torch.Tensor, b_valid: torch.Tensor | None = 
     # Excluded entries as a -inf column bias that the matmul adds in place (no second pass over the scores).
     col_bias = None
     if b_valid is not None:
-        col_bias = torch.zeros(B * H, 1, M, device=a.device).masked_fill_(~b_valid.reshape(B * H, 1, M),
-                                                                           float("-inf"))
+        per_row = b_valid.dim() == 4
+        col_bias = torch.zeros(B * H, N if per_row else 1, M, device=a.device).masked_fill_(
+            ~b_valid.reshape(B * H, N if per_row else 1, M), float("-inf"))
     values, indices = [], []
     for start in range(0, N, chunk):
         rows = an[:, start:start + chunk]
-        sim = torch.bmm(rows, bn_t) if col_bias is None else torch.baddbmm(col_bias, rows, bn_t)
+        bias = None if col_bias is None else col_bias[:, start:start + chunk] if col_bias.shape[1] > 1 else col_bias
+        sim = torch.bmm(rows, bn_t) if bias is None else torch.baddbmm(bias, rows, bn_t)
         val, arg = row_max(sim)
         values.append(val)
         indices.append(arg)

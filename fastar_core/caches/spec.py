@@ -56,6 +56,10 @@ class TempCacheSettings:
     max_spread_frames: int = 0
     position: str = "newest"
     merge_when: str = "always"  # or "full": insert plain entries while the chunk fits, merge only after
+    # A key may join only a group at its own (h, w) position. For a model whose positions are places on a map (the
+    # demo's steered world) a group is then one place, and a view that returns to it merges into it; off for
+    # screen positions, where content moves across the screen and a group follows it (the paper's matching).
+    same_place: bool = False
 
     def validate(self) -> TempCacheSettings:
         def bad(name, value, valid):

@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastARError
-from ..model.rope import RopeTables, chunk_positions, rotate, span_of
+from ..model.rope import RopeTables, rotate, span_of
 from .base import CacheShape, CacheView, Figure, KVCache, check_fits, element_size, read_figures
 from .matching import SEARCH_DTYPE, SEARCH_MARGIN, exact_top1, quantized_top1, search_form
 from .quant import KV_QUANTS, dequantize_int8, quantize_int8
@@ -153,7 +153,7 @@ class TempCache(KVCache):
     def describe(cls, spec) -> str:
         t = spec.tempcache
         return (f"tempcache (sink {spec.sink_frames}, capacity {t.capacity_frames} frames, threshold "
-                f"{t.threshold}, matcher {t.matcher})")
+                f"{t.threshold}, matcher {t.matcher}{', groups are places' if t.same_place else ''})")
 
     @classmethod
     def allocated_frames(cls, spec, total_frames: int, frames_per_block: int) -> int:
@@ -191,15 +191,19 @@ class TempCache(KVCache):
 
     @staticmethod
     def _searches(settings, device="cpu") -> bool:
-        """Whether the quantized search runs: it compares content keys per head. Rotated keys change with the
-        query's position and a shared scope compares concatenated heads, so those keep the exact search."""
+        """Whether the quantized search runs: it compares content keys per head against every group. Rotated keys
+        change with the query's position, a shared scope compares concatenated heads and ``same_place`` allows each
+        key its own groups, so those keep the exact search."""
         return (settings.resolved_matcher(device) == "quantized" and settings.similarity == "content"
-                and settings.merge_scope == "head" and settings.threshold - COSINE_SLACK > SEARCH_MARGIN)
+                and not settings.same_place and settings.merge_scope == "head"
+                and settings.threshold - COSINE_SLACK > SEARCH_MARGIN)
 
     # -- matching -------------------------------------------------------------------------------------------
-    def _top1(self, layer, new_k, reps, valid, lo, tables):
-        """Top-1 of ``new_k`` among ``reps``, the slots from ``lo`` on (``valid``: which may take members); the
-        index counts from ``lo``."""
+    def _top1(self, layer, new_k, reps, valid, lo, tables, place=None):
+        """Top-1 of ``new_k`` among ``reps``, the slots from ``lo`` on (``valid``: which may take members;
+        ``place [B,H,N,M]``: which are at each new key's place, with ``same_place``); the index counts from ``lo``."""
+        if place is not None:
+            valid = valid[:, :, None, :] & place
         if self.search is not None:
             hi = lo + reps.shape[2]
             search = self.search[layer][:, :, lo:hi]
@@ -216,18 +220,18 @@ class TempCache(KVCache):
                 b, h, n, d = x.shape
                 return x.transpose(1, 2).reshape(b, 1, n, h * d)
 
-            idx, sim = exact_top1(flat(new_k), flat(reps), valid.all(dim=1, keepdim=True))
+            idx, sim = exact_top1(flat(new_k), flat(reps), valid.all(dim=1, keepdim=True))  # heads agree
             H = self.num_heads
             return idx.expand(-1, H, -1), sim.expand(-1, H, -1)
-        if self.settings.threshold > COSINE_SLACK:
+        if self.settings.threshold > COSINE_SLACK and place is None:
             # A merge needs a cosine of at least the threshold, above 0, which an excluded entry zeroed out
             # (cosine 0) can never reach: the same merges as masking it to -inf, without a mask over the scores.
             return exact_top1(new_k, reps * valid[..., None].to(reps.dtype))
         return exact_top1(new_k, reps, valid)
 
     # -- writing --------------------------------------------------------------------------------------------
-    def prepare_commit(self, frame_start: int, num_frames: int) -> None:
-        self._pending = (frame_start, num_frames)
+    def prepare_commit(self, frame_start: int, num_frames: int, positions=None) -> None:
+        self._pending = (frame_start, num_frames, self.pass_positions(frame_start, num_frames, positions))
 
     def commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         if self.kv_quant != "int8":
@@ -258,9 +262,8 @@ class TempCache(KVCache):
 
     def _commit(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         self.versions[layer] += 1
-        frame_start, num_frames = self._pending
+        frame_start, num_frames, positions = self._pending
         tpf = self.tokens_per_frame
-        positions = chunk_positions(frame_start, num_frames, self.grid_hw[0], self.grid_hw[1], self.device)
         tables = self.rope.ensure(span_of(frame_start + num_frames, *self.grid_hw))
         k, v = k.to(self.dtype), v.to(self.dtype)
         frame = frame_start + num_frames - 1
@@ -305,7 +308,10 @@ class TempCache(KVCache):
             k_cmp = rotate(k_new, positions[None], tables)
             reps = rotate(reps, self._attention_positions(layer, hw)[:, :, lo:], tables)
 
-        idx, sim = self._top1(layer, k_cmp, reps, candidates, lo, tables)
+        place = None
+        if self.settings.same_place:  # [B, H, N, M]: the groups at each new key's (h, w)
+            place = (pos[:, :, None, lo:hw, 1:] == positions[None, None, :, None, 1:]).all(-1)
+        idx, sim = self._top1(layer, k_cmp, reps, candidates, lo, tables, place)
         idx = idx + lo
         accept = sim >= self.settings.threshold - COSINE_SLACK
         trash = torch.full_like(idx, C)

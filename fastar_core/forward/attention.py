@@ -95,6 +95,10 @@ class DenseAttention:
         self._rotated_cache: dict = {}  # layer -> (key, rotated cache keys), CPU only
         self._rope: dict = {}  # device -> RopeTables, built once and grown as positions reach further
         self._joined_bias: dict = {}  # layer -> (view's bias, current tokens, joined bias): one join per commit
+        # A model whose rotary frequencies differ from Wan's sets its tables here: an object whose
+        # ``cos_sin(positions)`` gives cos/sin of positions ``[..., L, 3]`` (the demo's steered world: whole cycles
+        # per map, time dropped). None: Wan's RoPE.
+        self.own_rope = None
 
     def begin_rollout(self, num_layers: int) -> None:
         """Called once before a rollout; stateful variants reset here."""
@@ -115,7 +119,9 @@ class DenseAttention:
     def rope_tables(self, x: torch.Tensor, info: PassInfo) -> RopeTables:
         """RoPE tables on ``x``'s device covering every position of the pass: its frames, the cache's (earlier, or
         relative to it: negative) and the grid's (at most a frame's tokens per axis); sized from the host's
-        ``info``, never from the positions' values."""
+        ``info``, never from the positions' values. A model's own tables (``own_rope``) in place of Wan's."""
+        if self.own_rope is not None:
+            return self.own_rope
         tables = self._rope.get(x.device)
         if tables is None:
             tables = self._rope[x.device] = RopeTables(x.shape[-1], x.device)
@@ -133,8 +139,9 @@ class DenseAttention:
     @property
     def wants_rotated_keys(self) -> bool:
         """Whether caches may hand over keys rotated at absolute positions: not when distances are clamped to
-        each query (``rope_max_distance``), which rotates every key relative to the pass."""
-        return self.rope_max_distance is None
+        each query (``rope_max_distance``), which rotates every key relative to the pass, nor for a model with rotary
+        tables of its own (the caches rotate by Wan's)."""
+        return self.rope_max_distance is None and self.own_rope is None
 
     def chunk_stats(self) -> dict:
         """Figures reported with every finished chunk (FAST-AR: density, recall, prompt tokens kept)."""

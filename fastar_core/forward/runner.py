@@ -195,7 +195,7 @@ class CausalRunner:
         t_emb = sinusoidal_embedding(g.freq_dim, timesteps.reshape(-1).to(self.device)).to(self.dtype)
         e = self.model.time_embedding(t_emb).view(B, F, g.dim)
         e0 = self.model.time_projection(e).unflatten(-1, (6, g.dim))  # [B, F, 6, dim]
-        positions = chunk_positions(info.frame_start, F, gh, gw, self.device)
+        positions = self.token_positions(info.frame_start, F, gh, gw)
         sp = self.parallel
         if sp is not None:
             sp.check_geometry(g.num_heads, gh * gw)
@@ -203,7 +203,7 @@ class CausalRunner:
 
         if commit:
             assert cache is not None, "a clean pass needs a cache to write"
-            cache.prepare_commit(info.frame_start, F)
+            cache.prepare_commit(info.frame_start, F, positions)
         last = len(self.model.blocks) - 1
         for i, blk in enumerate(self.model.blocks):
             tokens = self._block(i, blk, tokens, e0, positions, text, cache, info, commit,
@@ -215,6 +215,13 @@ class CausalRunner:
         if sp is not None:
             tokens = sp.gather_tokens(tokens, F)
         return self._head(tokens, e, F, gh, gw)
+
+    def token_positions(self, frame_start: int, num_frames: int, grid_h: int, grid_w: int) -> torch.Tensor:
+        """(t, h, w) of every token of the pass, ``[F * gh * gw, 3]``: what attention rotates by and the caches keep
+        with each entry. The frame grid (t absolute, h and w on the screen); a runner whose model places tokens
+        otherwise (the demo's steered world: on its map) overrides this, keeping t the absolute frame, which the
+        caches evict and rewind by."""
+        return chunk_positions(frame_start, num_frames, grid_h, grid_w, self.device)
 
     def _block(self, i, blk, x, e0, positions, text, cache, info, commit, skip_tail=False):
         F = e0.shape[1]

@@ -54,6 +54,11 @@ def run_bench(args) -> int:
         from .world_ceiling import run_world_ceiling
 
         run_world_ceiling(out, draws=args.repeats or 20, frames=args.frames)
+    elif args.what == "world-memory":
+        from .world_memory import run_world_memory
+
+        seeds = [int(s) for s in args.map_seeds.split(",")] if args.map_seeds else None
+        run_world_memory(out, weights=args.weights, frames=args.frames, seeds=seeds, seed=args.seed)
     elif args.what == "matcher":
         from .matcher import run_matcher_bench
 

@@ -44,8 +44,8 @@ def _shadowed_matches(candidates, tally: dict):
     same representatives and candidate mask) and the agreement tallied per candidate count."""
     exact = TempCache._top1
 
-    def both(self, layer, new_k, reps, valid, lo):
-        idx, sim = exact(self, layer, new_k, reps, valid, lo)
+    def both(self, layer, new_k, reps, valid, lo, tables):
+        idx, sim = exact(self, layer, new_k, reps, valid, lo, tables)
         bar = self.settings.threshold - COSINE_SLACK
         merged = sim >= bar
         search = search_form(reps) * valid[..., None]

@@ -59,7 +59,9 @@ def run_pareto_bench(out_dir, frames: int = 240, model: str = "demo", capacities
     if bad:
         raise FastARError(f"capacities {bad} cannot hold the {SINK_FRAMES} sink frames and one {fpb}-frame chunk; "
                           f"use at least {SINK_FRAMES + fpb}")
-    points = pareto_modes(capacities, thresholds, variants or {})
+    places = scenario.notes.get("places", False)  # the steered world's TempCache groups are places
+    points = pareto_modes(capacities, thresholds, variants or {}, chunk=fpb, tempcache={"same_place": True} if places
+                          else None)
     modes = {name: (p["spec"], p["fastar"]) for name, p in points.items()}
     results, per_mode = timed_rollouts(scenario, modes, frames, seed, repeats, progress=progress)
 

@@ -260,20 +260,25 @@ def bench_modes(preset: str = "balanced", capacity: int = CAPACITY_FRAMES, sink:
 
 
 
-def pareto_modes(capacities, thresholds, variants: dict) -> dict:
+def pareto_modes(capacities, thresholds, variants: dict, chunk: int = CHUNK_FRAMES,
+                 tempcache: dict | None = None) -> dict:
     """``fastar bench pareto``'s points: name -> {"spec", "fastar", "policy", "capacity", ...}. ``variants``:
-    label -> TempCache setting overrides, each run at every capacity (threshold 0.9 unless overridden)."""
+    label -> TempCache setting overrides, each run at every capacity (threshold 0.9 unless overridden);
+    ``tempcache``: settings of every TempCache point (the steered world's: groups are places); ``chunk``: the
+    model's chunk, which a window of the same memory attends to beside its cached frames."""
     def point(policy, capacity, **kw):
         s = resolve_settings(sink_frames=SINK_FRAMES, **kw)
         return {"spec": s.cache, "fastar": s.fastar, "policy": policy, "capacity": capacity}
 
     def temp(cap, **settings):
-        return point("tempcache", cap, preset="balanced", tempcache_overrides={"capacity_frames": cap, **settings},
+        return point("tempcache", cap, preset="balanced",
+                     tempcache_overrides={"capacity_frames": cap, **(tempcache or {}), **settings},
                      attention_overrides={"annca": False, "annsa": False})
 
     points = {"dense-global": point("global", None, cache_policy="global")}
     for cap in capacities:
-        points[f"dense-window@{cap}"] = point("window", cap, cache_policy="window", window_frames=window_attending(cap))
+        points[f"dense-window@{cap}"] = point("window", cap, cache_policy="window",
+                                              window_frames=window_attending(cap, chunk))
         for th in thresholds:
             points[f"tempcache-{th}@{cap}"] = {**temp(cap, threshold=th), "threshold": th}
         for label, overrides in variants.items():

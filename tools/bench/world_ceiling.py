@@ -23,48 +23,23 @@ holds them, ``world_ceiling.png`` shows the ratios per seed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 
-from ..demo.steer_world import LANDMARK_SPACING, STEP, VIEW_SIZE, WorldMap, make_map, render_track, wrapped_distance
-from ..demo.world_eval import BAR, no_collapse, spread_ratios
-from ..demo.world_report import WORLD_FRAMES, WORLD_SEEDS, bar_track
+# The perfect world models themselves live with the bar (``demo/world_bar.py``), whose no-collapse band they give.
+from ..demo.world_bar import (  # noqa: F401 - oracle_map: this bench's subject, read from here by its tests
+    FIRST_DRAW,
+    RATIOS,
+    WORLD_FRAMES,
+    WORLD_SEEDS,
+    flat,
+    oracle_map,
+    seed_ceiling,
+)
+from ..demo.world_eval import BAR
 from .report import machine, write_json
-
-RATIOS = (("all", "colour_spread"), ("all", "hf_energy"), ("last_quarter", "colour_spread"),
-          ("last_quarter", "hf_energy"))
-FIRST_DRAW = 1000  # draw seeds start here, away from the bar's seeds and the held-out maps
-
-
-def _gap(c: float, lo: int, n: int) -> float:
-    """Distance on a circle of ``n`` pixels from ``c`` to the view's span ``[lo, lo + VIEW_SIZE)``."""
-    d = (c - lo) % n
-    return 0.0 if d < VIEW_SIZE else min(d - VIEW_SIZE, n - d)
-
-
-def _touches_view(lm, x0: int, y0: int, n: int) -> bool:
-    # Every shape lies inside its radius (make_map's shapes); one pixel more covers the anti-aliased edge.
-    return max(_gap(lm.x, x0, n), _gap(lm.y, y0, n)) < lm.radius + 1
-
-
-def oracle_map(world: WorldMap, draw: WorldMap, view_origin: tuple) -> WorldMap:
-    """``world``'s ground and the landmarks touching its view at pixel ``view_origin``, plus ``draw``'s landmarks
-    that touch neither that view nor come within the generator's spacing of a kept landmark."""
-    if draw.size != world.size:
-        raise ValueError(f"the draw map is {draw.size} pixels wide and the bar map {world.size}; they must match")
-    x0, y0 = view_origin
-    seen = [lm for lm in world.landmarks if _touches_view(lm, x0, y0, world.size)]
-    drawn = [lm for lm in draw.landmarks if not _touches_view(lm, x0, y0, world.size)
-             and all(wrapped_distance(lm.x, lm.y, s.x, s.y, world.size) >= LANDMARK_SPACING for s in seen)]
-    return dataclasses.replace(world, landmarks=tuple(seen + drawn))
-
-
-def flat(ratios: dict) -> list[float]:
-    """``spread_ratios``' four figures in the order of ``RATIOS``."""
-    return [ratios[label][m] for label, m in RATIOS]
 
 
 def at_least(k: int, shares: list[float]) -> float:
@@ -75,21 +50,6 @@ def at_least(k: int, shares: list[float]) -> float:
         dist[1:] = dist[1:] * (1 - p) + dist[:-1] * p
         dist[0] *= 1 - p
     return float(dist[k:].sum())
-
-
-def seed_ceiling(seed: int, draws, frames: int = WORLD_FRAMES, start_frames: int = 1) -> dict:
-    track = bar_track(seed, frames)
-    world = make_map(seed)
-    truth = render_track(world, track)
-    origin = (int(track.positions[0][0]) * STEP, int(track.positions[0][1]) * STEP)
-    rows = []
-    for d in draws:
-        views = render_track(oracle_map(world, make_map(d), origin), track)
-        if not bool((views[:start_frames] == truth[:start_frames]).all()):
-            raise AssertionError(f"the oracle of map {seed}, draw {d} does not show the true first view")
-        rows.append(spread_ratios(views[start_frames:], truth[start_frames:]))
-    return {"seed": seed, "draws": len(rows), "pass_share": sum(no_collapse(r) for r in rows) / len(rows),
-            "ratios": [flat(r) for r in rows]}
 
 
 def _model_ratios(eval_path: Path) -> dict:

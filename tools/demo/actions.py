@@ -16,6 +16,10 @@ is also handed the key's shift directly, in pixels: each frame's reference frame
 (``moved_reference``), beside the noisy frame, with a channel saying where the moved frame is defined. The part
 of a view that stays in sight is then in its input, and what the model has to make is the strip the move brings
 in; without it (the first world files, still read) a whole-frame shift had to be found through RoPE alone.
+
+A model whose rotary positions are places on the map (``"positions": "map"`` in its file's world metadata,
+``map_rope.py``) reads a clean frame as it is: the clean pass that writes the cache gets no key embedding and no
+reference (zeros), so what the cache keeps of a place depends on what is there, not on how the camera came.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 from torch import nn
 
 from ...fastar_core.forward.runner import CausalRunner
+from .map_rope import MapRoPE, map_positions
 from .steer_world import ACTIONS, STEP, Track
 
 STATE_PREFIX = "action_encoder."
@@ -123,15 +128,40 @@ class ActionRunner(CausalRunner):
     ``tracks`` may grow between chunks (the live player appends each key as it is pressed); a forward over
     frames the tracks do not reach yet is refused. With ``moved_reference`` the model also reads each frame's
     reference frame moved by its offset: the runner keeps the last frame of each clean (committed) pass for the
-    chunk after it, and the first chunk (the given start) is its own reference."""
+    chunk after it, and the first chunk (the given start) is its own reference. With ``map_positions`` tokens are
+    placed on the map (``token_positions``), whatever attention the runner is given rotates by the map's RoPE, and
+    a clean pass reads its frame as it is."""
 
     def __init__(self, model, encoder: ActionEncoder, tracks: list[Track], attention=None,
-                 moved_reference: bool = False, **kw):
+                 moved_reference: bool = False, map_positions: bool = False, **kw):
+        self.map_rope = MapRoPE(encoder.map_patches, model.config.head_dim) if map_positions else None
         super().__init__(model, attention=attention, **kw)
         self.encoder = encoder
         self.tracks = tracks
         self.moved_reference = moved_reference
         self.last_clean: tuple[int, torch.Tensor] | None = None  # (absolute frame index, [B, C, H, W])
+
+    @property
+    def attention(self):
+        return self._attention
+
+    @attention.setter
+    def attention(self, value) -> None:
+        # The sampler's builder hands the runner a dense or a FAST-AR attention; either rotates by the map.
+        if self.map_rope is not None:
+            value.own_rope = self.map_rope
+        self._attention = value
+
+    def token_positions(self, frame_start: int, num_frames: int, grid_h: int, grid_w: int) -> torch.Tensor:
+        if self.map_rope is None:
+            return super().token_positions(frame_start, num_frames, grid_h, grid_w)
+        cameras = [t.positions[frame_start:frame_start + num_frames] for t in self.tracks]
+        if cameras[0].shape[0] != num_frames:
+            raise ValueError(f"frame {frame_start + num_frames - 1} has no camera yet (the track holds "
+                             f"{cameras[0].shape[0] + frame_start} frames): extend the track before generating it")
+        if any(not torch.equal(c, cameras[0]) for c in cameras[1:]):
+            raise ValueError("a batch placed on the map shares one camera path: its tracks' positions differ")
+        return map_positions(cameras[0].to(self.device), frame_start, (grid_h, grid_w), self.encoder.map_patches)
 
     def _reference_input(self, x: torch.Tensor, frames: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
         start = int(frames[0])
@@ -155,7 +185,15 @@ class ActionRunner(CausalRunner):
             key, offset, place = self.encoder.frame_conditions(actions.to(self.device), positions.to(self.device),
                                                                frames.to(self.device))
             embedding = self.encoder(key, offset, place)
-        inputs = torch.cat([x, self._reference_input(x, frames, offset)], dim=1) if self.moved_reference else x
+        as_it_is = commit and self.map_rope is not None  # a clean frame: no key, no reference
+        if as_it_is:
+            embedding = torch.zeros_like(embedding)
+        if not self.moved_reference:
+            inputs = x
+        elif as_it_is:
+            inputs = torch.cat([x, torch.zeros_like(x), torch.zeros_like(x[:, :1])], dim=1)
+        else:
+            inputs = torch.cat([x, self._reference_input(x, frames, offset)], dim=1)
         with added_to_time_embedding(self.model, embedding):
             out = super().forward(inputs, timesteps, text, cache, info, commit=commit, need_output=need_output)
         if commit and self.moved_reference:

@@ -102,7 +102,15 @@ class DemoModel:
             raise FastARError("this demo model is not a steered-world model (its file has no action encoder)")
         moved = self.metadata["world"].get("inputs") == REFERENCE_INPUT
         return ActionRunner(self.model, self.action_encoder, tracks, attention=attention or self.attention(),
-                            moved_reference=moved)
+                            moved_reference=moved, map_positions=self.places_on_map)
+
+    @property
+    def places_on_map(self) -> bool:
+        """A steered-world model whose rotary positions are places on its map (``map_rope.py``): TempCache's groups
+        are then places (``same_place``)."""
+        from .map_rope import POSITIONS
+
+        return self.is_world and self.metadata["world"].get("positions") == POSITIONS
 
     def world_prompt(self) -> torch.Tensor:
         return self.encode_prompt(self.metadata["world"]["prompt"])

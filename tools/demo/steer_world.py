@@ -116,15 +116,23 @@ def _render_map(world: WorldMap, supersample: int = 4) -> torch.Tensor:
     n = world.size
     rng = np.random.default_rng(world.seed)
     img = _ground(rng, n)
-    fine = (torch.arange(n * supersample, dtype=torch.float64) + 0.5) / supersample
     for lm in world.landmarks:
-        # Wrapped offsets, so a landmark across an edge is drawn on both sides.
-        dx = torch.remainder(fine - lm.x + n / 2, n) - n / 2
-        dy = torch.remainder(fine - lm.y + n / 2, n) - n / 2
+        # Only the pixels within a landmark's reach (every shape lies inside its radius; one pixel more for the
+        # anti-aliased edge) can change: they are drawn, the rest stays exactly as it was. Wrapped, so a landmark
+        # across an edge is drawn on both sides.
+        reach = int(math.ceil(lm.radius)) + 1
+        cols = torch.arange(int(math.floor(lm.x)) - reach, int(math.floor(lm.x)) + reach + 1) % n
+        rows = torch.arange(int(math.floor(lm.y)) - reach, int(math.floor(lm.y)) + reach + 1) % n
+        sub = torch.arange(supersample, dtype=torch.float64)
+        fine_x = (cols[:, None].double() + (sub + 0.5) / supersample).reshape(-1)
+        fine_y = (rows[:, None].double() + (sub + 0.5) / supersample).reshape(-1)
+        dx = torch.remainder(fine_x - lm.x + n / 2, n) - n / 2
+        dy = torch.remainder(fine_y - lm.y + n / 2, n) - n / 2
         inside = _inside(lm.shape, dx[None, :], dy[:, None], lm.radius).float()
         cover = torch.nn.functional.avg_pool2d(inside[None, None], supersample)[0]
         colour = torch.tensor(lm.colour, dtype=torch.float32)[:, None, None]
-        img = img * (1 - cover) + colour * cover
+        patch = img[:, rows][:, :, cols]
+        img[:, rows[:, None], cols[None, :]] = patch * (1 - cover) + colour * cover
     return img * 2 - 1
 
 
@@ -221,3 +229,30 @@ def revisit_path(frames: int, away: int) -> list[str]:
     one, repeated. With ``away`` beyond the view (6 patches) the start view leaves the screen entirely."""
     loop = ["right"] * away + ["down"] + ["left"] * away + ["up"]
     return [loop[i % len(loop)] for i in range(frames)]
+
+
+def back_and_forth_actions(rng: np.random.Generator, count: int) -> list[str]:
+    """Training paths that return: out ``2..9`` patches along one axis, a short pause, back the same way, and again
+    (a new reach each time), so the strips the way back brings in were seen a few to twenty frames before."""
+    out: list[str] = []
+    axis = ("left", "right") if rng.random() < 0.5 else ("up", "down")
+    go, back = axis if rng.random() < 0.5 else axis[::-1]
+    while len(out) < count:
+        reach = int(rng.integers(2, 10))
+        out += [go] * reach + ["none"] * int(rng.integers(0, 3)) + [back] * reach + ["none"] * int(rng.integers(0, 2))
+    return out[:count]
+
+
+def loop_actions(rng: np.random.Generator, count: int) -> list[str]:
+    """Training paths that return: a rectangle of ``2..5`` patches a side, either way round, with pauses of up to
+    one frame at its corners, repeated."""
+    w, h = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+    sides = [("right", w), ("down", h), ("left", w), ("up", h)]
+    if rng.random() < 0.5:  # the other way round
+        opposite = {"right": "left", "left": "right", "up": "down", "down": "up"}
+        sides = [(opposite[m], n) for m, n in sides[::-1]]
+    turn = int(rng.integers(4))
+    sides = sides[turn:] + sides[:turn]
+    pause = int(rng.integers(0, 2))
+    loop = [m for move, n in sides for m in [move] * n + ["none"] * pause]
+    return [loop[i % len(loop)] for i in range(count)]

@@ -39,6 +39,7 @@ from ...fastar_core.files.metadata_fields import (
 )
 from .actions import REFERENCE_INPUT
 from .actions import STATE_PREFIX as ACTION_PREFIX
+from .map_rope import POSITIONS
 from .settings import WORLD_KIND
 from .steer_world import MAP_SIZE, STEP, VIEW_SIZE
 from .text import PAD, STATE_PREFIX, UNK
@@ -62,6 +63,13 @@ def _sigmas() -> Kind:
                 f"a decreasing list of 1..{MAX_STEPS} numbers in (0, 1] (or timesteps in (1, 1000])")
 
 
+def _path_shares() -> Kind:
+    share = number(0, 1)
+    return Kind(lambda v: isinstance(v, dict) and len(v) <= 16 and all(text(64).fits(k) and share.fits(x)
+                                                                       for k, x in v.items()),
+                "an object of up to 16 path kinds, each a share in [0, 1]")
+
+
 def _map_size() -> Kind:
     return Kind(lambda v: whole(VIEW_SIZE, 64 * MAP_SIZE).fits(v) and v % STEP == 0,
                 f"a multiple of {STEP} in {VIEW_SIZE}..{64 * MAP_SIZE:,} (pixels per side of the map)")
@@ -77,7 +85,8 @@ DEMO_FIELDS = (
     Field("schedule", _sigmas(), "re-noising sigmas per chunk"),
     Field("context_noise", number(0, 1), "noise level of the clean pass", required=False),
     Field("trained_span_frames", whole(1, 100_000), "frames per training clip"),
-    Field("rope_max_distance", whole(1, 100_000), "longest temporal RoPE distance, frames"),
+    Field("rope_max_distance", whole(0, 100_000), "longest temporal RoPE distance, frames (0: time dropped, a world "
+                                                   "placed on its map)"),
     Field("sampler", obj(), "the solver a file asks for instead of its schedule", required=False),
     Field("sampler.solver", one_of("unipc")),
     Field("sampler.steps", whole(1, MAX_STEPS), "UniPC steps per chunk"),
@@ -98,6 +107,11 @@ DEMO_FIELDS = (
     Field("world.view_size", whole(VIEW_SIZE, VIEW_SIZE), "pixels per side of a view", required=False),
     Field("world.prompt", text(1000)),
     Field("world.inputs", one_of(REFERENCE_INPUT), "what the model reads beside its frame; left out: keys only",
+          required=False),
+    Field("world.positions", one_of(POSITIONS), "rotary positions are places on the map; left out: on the screen",
+          required=False),
+    Field("world.path_kinds", _path_shares(), "the training paths' kinds and shares", required=False),
+    Field("world.long_return_gap", list_of(whole(1, 100_000), 2, 2), "frames before a long return, [least, most]",
           required=False),
 )
 
@@ -161,6 +175,9 @@ def check_against_model(path, meta: dict, config) -> None:
                                         f"reads its {meta['channels']} latent channels")
         return
     inputs = world.get("inputs")
+    if world.get("positions") and inputs != REFERENCE_INPUT:
+        raise CheckpointError(path, f"its world entry 'positions' is {world['positions']!r} but its 'inputs' are "
+                                    f"{inputs or 'keys only'!r}; a world placed on its map reads {REFERENCE_INPUT!r}")
     # Files before the moved reference frame read the noisy frame alone; the newer ones that and 2 * C + 1 more.
     want = meta["channels"] * (2 if inputs else 1) + (1 if inputs else 0)
     if config.in_dim != want:
