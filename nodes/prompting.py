@@ -191,7 +191,8 @@ def check_no_world_inputs(actions, positive) -> None:
     """Actions and a world start belong to a world model, not to a text-to-video one."""
     if actions is not None:
         if isinstance(actions, ActionScript):
-            what = f"'actions' ({actions.variant}) steer a world model"
+            family = "LingBot-World 2.0" if actions.variant == "lingbot" else "Matrix-Game 2.0"
+            what = f"'actions' ({actions.variant}) steer a {family} model"
         elif isinstance(actions, CameraPath):
             what = "'actions' (a camera path) steer LingBot-World 2.0"
         else:

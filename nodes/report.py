@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from ..fastar_core.rollout.engine import EngineSettings
 
 MAX_CHUNK_LINES = 40  # longer rollouts show the first and last 20 chunks
@@ -59,6 +61,14 @@ def chunk_lines(chunks) -> list[str]:
     return lines
 
 
+def _matcher_ran(engine: EngineSettings, device) -> str:
+    """TempCache's search 'auto' is decided by the device: say which one ran."""
+    t = engine.cache.tempcache
+    if engine.cache.policy != "tempcache" or t.matcher != "auto":
+        return ""
+    return f" | matcher {t.resolved_matcher(device)} on {torch.device(device).type}"
+
+
 def build_report(*, model, result, settings, engine: EngineSettings, mode: str,
                  n_init: int, width: int, height: int, schedule_text: str, prompts: str, notes=()) -> str:
     total = result.latent.shape[2]
@@ -82,7 +92,7 @@ def build_report(*, model, result, settings, engine: EngineSettings, mode: str,
         + f", {width}x{height}, {len(chunks)} chunk(s) of up to {settings.frames_per_block} latent frames",
         f"sampling  : {schedule_text} | mode {mode} | seed {settings.seed} | context noise {settings.context_noise}",
         f"prompts   : {prompts}",
-        f"cache     : {engine.cache.describe()} | peak live {mib(peak)}"
+        f"cache     : {engine.cache.describe()}{_matcher_ran(engine, model.device)} | peak live {mib(peak)}"
         + (f", allocated {mib(allocated)}" if allocated is not None else ""),
         f"FAST-AR   : {describe_fastar(engine)}",
         "",

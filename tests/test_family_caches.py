@@ -78,6 +78,7 @@ def test_the_longlive2_report_says_which_capacity_ran(monkeypatch):
                                                           frames_per_block=4, schedule="LongLive 2.0 4-step (UniPC)",
                                                           cache_policy="auto", sink_frames=3, window_frames=12)
     assert "cache     : tempcache (sink 8, capacity 28 frames" in report, report
+    assert "threshold 0.9, matcher auto) | matcher exact on cpu | peak live" in report, report  # which search ran
     assert ("note      : TempCache capacity 28 frames, sink 8: what LongLive 2.0 (Wan2.2 TI2V-5B)'s own cache "
             "(window (32 frames attended, sink 8 and the chunk included)) holds with chunks of 4") in report, report
 

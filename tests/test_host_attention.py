@@ -83,11 +83,16 @@ def test_outside_comfyui_nothing_is_registered(monkeypatch):
     assert registered_host_backends() == {}
 
 
-@pytest.mark.skipif(not os.environ.get("COMFYUI_DIR"), reason="needs a ComfyUI checkout in COMFYUI_DIR")
-def test_the_call_binds_to_every_attention_function_of_the_real_comfyui():
+COMFYUI_CHECKOUTS = list(dict.fromkeys(d for d in [os.environ.get("COMFYUI_DIR", ""),
+                                                    *os.environ.get("COMFYUI_DIRS", "").split(":")] if d))
+
+
+@pytest.mark.skipif(not COMFYUI_CHECKOUTS, reason="needs a ComfyUI checkout in COMFYUI_DIR (or COMFYUI_DIRS=a:b)")
+@pytest.mark.parametrize("comfyui_dir", COMFYUI_CHECKOUTS or ["none"])
+def test_the_call_binds_to_every_attention_function_of_the_real_comfyui(comfyui_dir):
     """Read (not import) comfy/ldm/modules/attention.py: every function `optimized_attention` may be set to takes
     (q, k, v, heads) positionally and `skip_reshape` by name, which is all the adapter passes."""
-    source = pathlib.Path(os.environ["COMFYUI_DIR"], "comfy", "ldm", "modules", "attention.py").read_text()
+    source = pathlib.Path(comfyui_dir, "comfy", "ldm", "modules", "attention.py").read_text()
     tree = ast.parse(source)
     chosen = {node.value.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
               and any(getattr(t, "id", None) == "optimized_attention" for t in node.targets)

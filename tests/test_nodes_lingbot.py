@@ -76,6 +76,14 @@ def test_the_loader_reads_the_folder_from_any_of_its_shards(lingbot_host, tmp_pa
     assert shard(tmp_path) in lingbot_host.list_files("diffusion_models")
     with pytest.raises(FastARError, match="LoRAs are for the Wan2.1 text models; a LingBot-World 2.0 checkpoint"):
         NODES["FastAR_LoadARVideoModel"]().load(shard(tmp_path), "default", "x.safetensors", 5.0)
+    # One shard away (an editor's missing-model dialog fetches only the one the loader names): the loader names the
+    # rest and where they go.
+    first = sorted((tmp_path / FOLDER).glob("*.safetensors"))[0]
+    moved = first.rename(tmp_path / first.name)
+    with pytest.raises(CheckpointError, match=rf"\({first.name}\): the model needs its whole set; download the "
+                                              "missing shards into that folder under their own names"):
+        load(tmp_path)
+    moved.rename(first)
     # Without its config.json a folder is still recognised by its camera layers; a size the release never had
     # then has nothing to read its sizes from, and says what to put beside the shards.
     (tmp_path / FOLDER / "config.json").unlink()
@@ -146,5 +154,23 @@ def test_a_camera_path_and_a_lingbot_script_are_refused_by_the_other_models(ling
     with pytest.raises(FastARError, match=r"'actions' \(a camera path\) steer LingBot-World 2.0, but this MODEL is a "
                                           "text-to-video Wan model"):
         check_no_world_inputs(path, prompt())
-    with pytest.raises(FastARError, match="steer a world model, but this MODEL is a text-to-video"):
+    with pytest.raises(FastARError, match=r"'actions' \(lingbot\) steer a LingBot-World 2.0 model, but this MODEL is a "
+                                          "text-to-video"):
         check_no_world_inputs(keys(), prompt())
+
+
+def test_tempcache_and_fast_ar_attention_hold_what_lingbots_window_holds(lingbot_host, tmp_path):
+    """The sampler's TempCache on LingBot, or FAST-AR Attention's preset under cache 'auto', holds what the release's
+    window caches beside the chunk (14 frames, sink 6: the workflow's sink), and the report says which ran."""
+    model, _ = load(tmp_path)
+    (positive, *_), actions = start(), keys()
+    _, report = sample(model, positive, actions, cache_policy="tempcache", sink_frames=6)
+    assert "cache     : tempcache (sink 6, capacity 14 frames" in report, report
+    assert ("TempCache capacity 14 frames, sink 6: what LingBot-World 2.0 (custom)'s own cache (window (18 frames "
+            "attended, sink 6 and the chunk included)) holds with chunks of 4, in place of TempCache's default 21"
+            ) in report, report
+    patched = NODES["FastAR_Attention"]().patch(model, preset="balanced")[0]
+    latent, report = sample(patched, positive, actions)
+    assert bool(latent.isfinite().all())
+    assert "cache     : tempcache (sink 6, capacity 14 frames" in report, report
+    assert "in place of preset balanced's 21" in report, report

@@ -16,6 +16,7 @@ EXPECTED_IDS = {
     "FastAR_LoadARVideoModel", "FastAR_Attention", "FastAR_PromptSchedule", "FastAR_LongVideoSampler",
     "FastAR_SamplerARVideo", "FastAR_ImageToVideo", "FastAR_SaveLongVideo", "FastAR_ActionScript",
     "FastAR_WorldModelStart", "FastAR_LiveWorld", "FastAR_DemoWorldStart", "FastAR_DemoWorldFrames",
+    "FastAR_LingBotWorldStart", "FastAR_CameraPath",
 }
 
 

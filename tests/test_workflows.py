@@ -298,6 +298,24 @@ def test_the_first_workflows_need_only_files_the_editor_downloads():
 
 
 
+def test_no_two_workflows_save_under_the_same_prefix():
+    """Each save node writes under a prefix of its own, so a run of one workflow never numbers on from another's."""
+    seen: dict[str, str] = {}
+    for path in WORKFLOWS:
+        for node in json.loads(path.read_text())["nodes"]:
+            if node.get("mode", 0) != 0 or node["type"] in FRONTEND_ONLY:
+                continue
+            inputs = node_spec(node["type"])[0]
+            if not any(name == "filename_prefix" for name, _, _ in inputs):
+                continue
+            prefix = widget_value(node, inputs, "filename_prefix")
+            where = f"{path.name} node {node['id']}"
+            assert isinstance(prefix, str) and prefix, where
+            assert prefix not in seen, f"{where} saves under {prefix!r}, as {seen.get(prefix)} does"
+            seen[prefix] = where
+    assert len(seen) >= len(WORKFLOWS)
+
+
 @pytest.mark.parametrize("variant, steps", [("templerun", [1000, 750, 500, 250]), ("universal", [1000, 666, 333])])
 def test_the_world_model_workflows_agree_with_themselves_and_their_variant(variant, steps):
     """World Model Start and the sampler make the same video, the script's times are Create Video's frames, and

@@ -18,7 +18,7 @@ from comfyui_fastar.fastar_core.forward.runner import CausalRunner
 from comfyui_fastar.fastar_core.rollout.actions import Actions
 from comfyui_fastar.fastar_core.rollout.sampler import ARSampler, RolloutConfig
 from comfyui_fastar.nodes import NODE_CLASS_MAPPINGS as NODES
-from comfyui_fastar.nodes import node_world_start
+from comfyui_fastar.nodes import streaming_encode
 from comfyui_fastar.nodes.streaming_encode import StartVideoEncoder
 
 
@@ -84,7 +84,7 @@ def test_cancel_stops_the_encoder_inside_a_slice():
 def test_world_model_start_gives_the_streamed_start_and_its_size(standalone_host, tmp_path, monkeypatch):
     """The node with a streaming VAE: each distinct frame once, the index, and the size it sets; the sampler runs
     the same rollout as from the whole video's latent."""
-    monkeypatch.setattr(node_world_start, "wan_vae_kind", lambda vae: "wan2.1")
+    monkeypatch.setattr(streaming_encode, "wan_vae_kind", lambda vae: "wan2.1")  # the start nodes' shared encoder
     vae = stub_vae(True)
     vae.latent_channels = 16
     vae.vae_output_dtype = lambda: torch.float32

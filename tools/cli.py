@@ -119,7 +119,8 @@ def build_parser():
                                    "gpu-modes", "lingbot-cap", "world-memory", "live-world"],
                    help="which benchmark (kernels, gpu-rollout and gpu-modes need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
-    p.add_argument("--frames", type=int, default=240, help="latent frames (rollout)")
+    p.add_argument("--frames", type=int, default=None,
+                   help="latent frames (default 240; lingbot-cap: 3000, the claim's length)")
     p.add_argument("--model", "--scenario", dest="model", default="demo",
                    choices=["demo", "wan-shapes", "longlive2-5b", "lingbot", "world"],
                    help="rollout model: the demo, random weights at Wan2.1-1.3B shapes, or at Wan2.2-TI2V-5B shapes "

@@ -8,6 +8,10 @@ from pathlib import Path
 
 def run_bench(args) -> int:
     out = Path(args.out)
+    if args.frames is None:
+        from .lingbot_cap import FRAMES
+
+        args.frames = FRAMES if args.what == "lingbot-cap" else 240
     if args.what in ("kernels", "gpu-rollout", "gpu-modes"):
         import torch
 

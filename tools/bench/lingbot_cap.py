@@ -27,9 +27,10 @@ mode's median, and the cache's bytes constant; past the cap; and the window roll
 bit those of a 1,024-frame rollout of the same model, noise and camera. That rollout is the one
 ``tests/test_lingbot_parity.py::test_the_cap_bench_rollout_matches_the_reference`` holds to the release's own
 pipeline within 1e-5 (``cap_setting`` builds it for both): a causal rollout's frames do not depend on how many
-come after them, given the same camera input, and both take the 3,000-frame path's (the release divides every
-move by the longest of the whole path). The raw least CPU times are recorded and plotted beside the relative
-cost; the final chunk (no clean pass) is left out.
+come after them, given the same camera input. The release divides every move by the longest of the path it is
+given, so the bench divides all its frames by the divisor the release gives the first 1,024 (``release_scale``):
+their camera input is then the release's bit for bit. The raw least CPU times are recorded and plotted beside
+the relative cost; the final chunk (no clean pass) is left out.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from ...fastar_core.families.lingbot.camera import check_path
 from .interleave import run_in_turns
 from .report import line_plots, machine, write_json
 from .rollout import run_mode
@@ -58,12 +60,30 @@ REFERENCE_REACH = 5  # rounds of chunks on either side the reference is taken ov
 PARITY_TEST = "tests/test_lingbot_parity.py::test_the_cap_bench_rollout_matches_the_reference"
 
 
+def release_scale(frames: int = FRAMES) -> float:
+    """The divisor the release gives the translations of the frames it can make of the bench's path: the longest
+    move among its first ``min(frames, RELEASE_CAP)`` latent frames (its first ``4 (T - 1) + 1`` poses), as
+    float32 computes it.
+
+    The release divides every move by the longest of the path it is given. The bench's path is a walk, whose moves
+    are all 0.25 in exact arithmetic, but float32 rounds a move far from the start differently (by up to 1e-4 of it
+    over 3,000 frames), so the whole path's longest is not its first 1,024 frames' longest. The bench divides all
+    3,000 frames by the latter: its first 1,024 frames are then, bit for bit, the camera the release makes of them."""
+    prefix = min(frames, RELEASE_CAP)
+    video = 4 * (prefix - 1) + 1
+    path = lingbot_path(frames)
+    moves = check_path(path.poses[:video], path.intrinsics).latent_motion(prefix, scale=1.0)
+    return float(moves[:, :3, 3].norm(dim=-1).max())
+
+
 def cap_setting(frames: int, seed: int = SEED):
     """(scenario, {name: (cache spec, FAST-AR config)}, conditioning for ``frames`` latent frames): the bench's
-    model, modes and camera, which the parity test also runs through the release."""
+    model, modes and camera (every move divided by ``release_scale``), which the parity test also runs through the
+    release."""
     scenario = lingbot_scenario(seed, "cpu", latent_hw=LATENT_HW)
     all_modes = scenario_modes(scenario)
-    return scenario, {name: all_modes[key] for name, key in MODES.items()}, scenario.conditioning(frames)
+    cond = scenario.make_conditioning(frames, scale=release_scale(frames))
+    return scenario, {name: all_modes[key] for name, key in MODES.items()}, cond
 
 
 def _timed_rollout(scenario, mode, frames: int, seed: int, cond):

@@ -155,9 +155,10 @@ def lingbot_path(frames: int):
     return check_path(script.to_poses(video), script.intrinsics(), "the bench's key timeline")
 
 
-def lingbot_camera(frames: int, height: int, width: int):
-    """The bench's camera for ``frames`` latent frames at ``height x width`` pixels (``lingbot_path``'s)."""
-    return lingbot_path(frames).condition(frames, height, width)
+def lingbot_camera(frames: int, height: int, width: int, scale: float | None = None):
+    """The bench's camera for ``frames`` latent frames at ``height x width`` pixels (``lingbot_path``'s);
+    ``scale``: a fixed divisor of its translations instead of the path's longest move."""
+    return lingbot_path(frames).condition(frames, height, width, scale=scale)
 
 
 def lingbot_scenario(seed: int = 0, device="cpu", heads: int | None = None, layers: int | None = None,
@@ -186,9 +187,9 @@ def lingbot_scenario(seed: int = 0, device="cpu", heads: int | None = None, laye
     image = torch.randn(1, 16, 1, *latent_hw, generator=g)
     blank = torch.randn(1, 16, 1, *latent_hw, generator=g)  # the VAE latent of a blank frame, every later frame
 
-    def conditioning(frames: int):
+    def conditioning(frames: int, scale: float | None = None):
         latents = torch.cat([image, blank.expand(-1, -1, frames - 1, -1, -1)], dim=2)
-        camera = lingbot_camera(frames, latent_hw[0] * 8, latent_hw[1] * 8)
+        camera = lingbot_camera(frames, latent_hw[0] * 8, latent_hw[1] * 8, scale)
         return lingbot_conditioning(context, latents, camera)
 
     tpf = (latent_hw[0] // 2) * (latent_hw[1] // 2)

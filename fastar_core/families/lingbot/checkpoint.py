@@ -109,7 +109,8 @@ def weight_files(files: LingBotFiles) -> tuple[list[Path], dict | None]:
         missing = [n for n in names if not (folder / n).is_file()]
         if missing:
             raise CheckpointError(folder, f"holds {len(names) - len(missing)} of the {len(names)} shards of "
-                                          f"{names[0]} ({', '.join(missing[:3])} missing): download every shard")
+                                          f"{names[0]} ({', '.join(missing[:3])} missing): the model needs its whole "
+                                          "set; download the missing shards into this folder under their own names")
         if weight_map is not None and set(weight_map.values()) != set(names):
             raise CheckpointError(index_path, f"lists other shards than {names[0]}'s set of {len(names)}")
         return list(files.shards), weight_map
@@ -117,9 +118,10 @@ def weight_files(files: LingBotFiles) -> tuple[list[Path], dict | None]:
         names = sorted(set(weight_map.values()))
         missing = [n for n in names if not (folder / n).is_file()]
         if missing:
-            raise CheckpointError(index_path, f"lists {len(missing)} shard(s) not in {folder} "
-                                              f"({', '.join(f'{n}: {_what_is(folder / n)}' for n in missing[:3])}): "
-                                              "download every shard")
+            shown = [n if _what_is(folder / n) == "missing" else f"{n}: {_what_is(folder / n)}" for n in missing[:3]]
+            raise CheckpointError(index_path, f"lists {len(missing)} shard(s) not in {folder} ({', '.join(shown)}): "
+                                              "the model needs its whole set; download the missing shards into that "
+                                              "folder under their own names")
         return [folder / n for n in names], weight_map
     found = sorted(p for p in folder.iterdir() if p.name.endswith(SAFETENSORS_SUFFIXES) and p.is_file())
     if not found:
