@@ -120,6 +120,9 @@ def start_play(port: int = 0, *args):
     cmd = [sys.executable, "-m", "comfyui_fastar", "play", "--port", str(port), "--max-fps", "0", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     started = time.monotonic()
+    # First "starting", said before the imports; then the address, as soon as the server listens.
+    first = proc.stdout.readline()
+    assert first.startswith("fastar play: starting"), first
     line = proc.stdout.readline()
     return proc, line, time.monotonic() - started
 
@@ -234,9 +237,11 @@ def test_soak_of_key_and_mode_traffic_keeps_memory_flat_and_answers_every_reques
     assert not failures, failures
     assert counts["sent"] == counts["answered"] and counts["sent"] > 10 * SOAK_SECONDS, counts
     assert final["chunks"] > 0 and final["rollouts_running"] == 1
-    # Flat memory: the last quarter's peak within 64 MiB of the second quarter's (after the warm-up's growth).
+    # Flat memory: the last quarter's peak within 64 MiB of the first half's. Peaks, not means: every switch to
+    # dense restarts a rollout whose cache grows until the next switch, and the allocator keeps what a dense phase
+    # freed, so the resident size steps between phases rather than climbing; a leak climbs past every peak.
     quarter = len(memory) // 4
-    settled = max(m for _, m in memory[quarter:2 * quarter])
+    settled = max(m for _, m in memory[:2 * quarter])
     late = max(m for _, m in memory[3 * quarter:])
     assert late - settled < 64, (settled, late, statistics.median(m for _, m in memory))
     assert "Traceback" not in err, err[-3000:]
