@@ -72,6 +72,24 @@ class Layout:
 
 
 
+def layout_errors(declared: dict, want: dict) -> tuple[int, list[str]]:
+    """(how many keys differ, what differs) between a file's keys and shapes (``declared``: key -> shape) and
+    ``want``, the shapes a config gives; (0, []) when they fit. Families with a layout of their own (Matrix-Game,
+    LingBot-World) compare theirs with it, and with each released size's to tell which one a file is."""
+    missing = sorted(set(want) - set(declared))
+    extra = sorted(set(declared) - set(want))
+    bad = [(k, declared[k], want[k]) for k in want if k in declared and tuple(declared[k]) != want[k]]
+    parts = []
+    if missing:
+        parts.append(f"missing {len(missing)} keys ({', '.join(missing[:3])})")
+    if extra:
+        parts.append(f"{len(extra)} keys the model does not have ({', '.join(extra[:3])})")
+    if bad and not parts:
+        k, got, exp = bad[0]
+        parts.append(f"{k} has shape {list(got)} where {list(exp)} is expected ({len(bad)} tensors differ)")
+    return len(missing) + len(extra) + len(bad), parts
+
+
 def _strip_prefix(keys: list, path: Path) -> tuple[dict, str]:
     """Map Wan keys to file keys: strip the prefix every key carries (or keep only the diffusion model's keys of
     a bundle), then the wrapper segments. Two file keys that become one Wan key are refused."""

@@ -31,6 +31,7 @@ from ...files.json_files import parse_json, read_json
 from ...files.raw import SAFETENSORS_SUFFIXES, check_regular_file, read_raw
 from ...files.safetensors_reader import read_header
 from ...files.wan_checkpoint import checkpoint_errors, dtype_name
+from ...files.wan_layout import layout_errors
 from ...memory import format_bytes, free_bytes
 from .config import CLASS_NAME, RELEASED, LingBotConfig, from_reference_config, reference_config
 from .model import LingBotModel
@@ -139,22 +140,6 @@ def expected_shapes(config: LingBotConfig) -> dict:
 @cache
 def released_shapes(size: str) -> dict:
     return expected_shapes(RELEASED[size])
-
-
-def layout_errors(declared: dict, want: dict) -> tuple[int, list[str]]:
-    """(how many keys differ, what differs) between the shards' keys and shapes and ``want``."""
-    missing = sorted(set(want) - set(declared))
-    extra = sorted(set(declared) - set(want))
-    bad = [(k, declared[k], want[k]) for k in want if k in declared and tuple(declared[k]) != want[k]]
-    parts = []
-    if missing:
-        parts.append(f"missing {len(missing)} keys ({', '.join(missing[:3])})")
-    if extra:
-        parts.append(f"{len(extra)} keys the model does not have ({', '.join(extra[:3])})")
-    if bad and not parts:
-        k, got, exp = bad[0]
-        parts.append(f"{k} has shape {list(got)}; its config gives {list(exp)} ({len(bad)} tensors differ)")
-    return len(missing) + len(extra) + len(bad), parts
 
 
 def check_keys(folder: Path, declared: dict, config: LingBotConfig, source: str = f"its {CONFIG_NAME}") -> None:

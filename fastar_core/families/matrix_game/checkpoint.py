@@ -23,6 +23,7 @@ from ...files.family_keys import PREFIX, is_matrix_game  # noqa: F401 - is_matri
 from ...files.json_files import read_json
 from ...files.raw import read_raw
 from ...files.wan_checkpoint import checkpoint_errors, dtype_name
+from ...files.wan_layout import layout_errors
 from .config import CLIP_DIM, RELEASED, MatrixGameConfig, from_reference_config
 from .model import MatrixGameModel
 
@@ -69,26 +70,15 @@ def strip_prefix(path, declared: dict) -> tuple[str, dict]:
     return prefix, {k[len(prefix):]: k for k in declared}
 
 
-def layout_errors(keys: dict, declared: dict, want: dict) -> tuple[int, list[str]]:
-    """(how many keys differ, what differs) between the file's keys and shapes and ``want`` ((0, []) when they fit)."""
-    missing = sorted(set(want) - set(keys))
-    extra = sorted(set(keys) - set(want))
-    bad = [(k, declared[keys[k]], want[k]) for k in want if k in keys and tuple(declared[keys[k]]) != want[k]]
-    parts = []
-    if missing:
-        parts.append(f"missing {len(missing)} keys ({', '.join(missing[:3])})")
-    if extra:
-        parts.append(f"{len(extra)} keys the model does not have ({', '.join(extra[:3])})")
-    if bad and not parts:
-        k, got, exp = bad[0]
-        parts.append(f"{k} has shape {list(got)} where {list(exp)} is expected ({len(bad)} tensors differ)")
-    return len(missing) + len(extra) + len(bad), parts
+def file_layout_errors(keys: dict, declared: dict, want: dict) -> tuple[int, list[str]]:
+    """``layout_errors`` of the file's shapes under the model's key names (``keys``: model key -> file key)."""
+    return layout_errors({k: declared[f] for k, f in keys.items()}, want)
 
 
 def check_keys(path, declared: dict, config: MatrixGameConfig, source: str = "its config.json") -> tuple[str, dict]:
     """(prefix, {model key: file key}) once every key and shape fits ``config``; else one error naming them."""
     prefix, keys = strip_prefix(path, declared)
-    _, errors = layout_errors(keys, declared, expected_shapes(config))
+    _, errors = file_layout_errors(keys, declared, expected_shapes(config))
     if errors:
         raise CheckpointError(path, f"does not fit the Matrix-Game {config.variant} layout of {source}: "
                                     + "; ".join(errors))
@@ -114,7 +104,7 @@ def choose_config(path: Path, declared: dict, metadata: dict) -> tuple[MatrixGam
     if beside.is_file():
         return reference_config_of(beside, read_json(beside, "a Matrix-Game config")), str(beside)
     _, keys = strip_prefix(path, declared)
-    differences = {variant: layout_errors(keys, declared, released_shapes(variant)) for variant in RELEASED}
+    differences = {variant: file_layout_errors(keys, declared, released_shapes(variant)) for variant in RELEASED}
     variant, (count, errors) = min(differences.items(), key=lambda item: item[1][0])
     if count == 0:
         return RELEASED[variant], f"the released {variant} model's config (recognised by its keys and shapes)"
