@@ -84,10 +84,9 @@ def test_the_estimate_traces_a_model_too_large_for_this_machine_under_fake_tenso
 
 
 def test_the_bench_counts_lingbot_with_its_camera_and_makes_no_wan_estimate_for_it(tmp_path, monkeypatch, one_thread):
-    from argparse import Namespace
-
     from comfyui_fastar.fastar_core.errors import FastARError
     from comfyui_fastar.tools.bench import scenarios
+    from comfyui_fastar.tools.cli import build_parser
     from comfyui_fastar.tools.command_checks import check_bench
 
     def tiny_lingbot(seed, device):
@@ -102,9 +101,8 @@ def test_the_bench_counts_lingbot_with_its_camera_and_makes_no_wan_estimate_for_
         assert (steady["host_syncs"], steady["data_dependent_shapes"]) == (1, 0), mode
     assert report["counts"]["tempcache"]["launches_vs_window"] <= 1.5
 
-    def args(what, model):
-        return Namespace(what=what, model=model, seed=0, frames=None, repeats=None, budget=None, modes=None,
-                         capacities=None, thresholds=None, variants=None, weights=None, out=str(tmp_path))
+    def args(what, model):  # as the command line parses them, every option at its default
+        return build_parser().parse_args(["bench", what, "--model", model, "--out", str(tmp_path)])
 
     check_bench(args("launches", "lingbot"))
     with pytest.raises(FastARError, match="lingbot is a rollout scenario; bench pareto runs on demo or wan-shapes "

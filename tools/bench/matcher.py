@@ -44,8 +44,8 @@ def _shadowed_matches(candidates, tally: dict):
     same representatives and candidate mask) and the agreement tallied per candidate count."""
     exact = TempCache._top1
 
-    def both(self, layer, new_k, reps, valid, lo, tables):
-        idx, sim = exact(self, layer, new_k, reps, valid, lo, tables)
+    def both(self, layer, new_k, reps, valid, lo, *rest):  # rest: RoPE tables, places (None: the bench's caches)
+        idx, sim = exact(self, layer, new_k, reps, valid, lo, *rest)
         bar = self.settings.threshold - COSINE_SLACK
         merged = sim >= bar
         search = search_form(reps) * valid[..., None]
