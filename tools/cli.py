@@ -356,7 +356,8 @@ def _dispatch(argv: list) -> int:
 
     # A command that fails leaves no folder it created behind (nor the parents it made for it).
     if args.command == "demo":
-        args.out = args.out or f"fastar-demo/{'world' if args.world == 'steer' else 'sprites'}"
+        if args.out is None:  # an empty --out is refused by the checks, not taken for the default
+            args.out = f"fastar-demo/{'world' if args.world == 'steer' else 'sprites'}"
         command_checks.check_demo(args)
         with removed_if_failed(args.out):
             if args.world == "steer":
