@@ -682,7 +682,7 @@ def test_action_scripts_are_checked_when_queued_and_refused_by_a_text_model(serv
     assert entry["status"]["status_str"] == "error"
     (error,) = messages(entry, "execution_error")
     assert error["node_type"] == "FastAR_LongVideoSampler"
-    assert "'actions' (universal) steer a world model" in error["exception_message"]
+    assert "'actions' (universal) steer a Matrix-Game 2.0 model" in error["exception_message"]
 
 
 RANDOM_CLIP_VISION = "random_clip_vit_l.safetensors"

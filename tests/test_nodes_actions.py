@@ -39,7 +39,7 @@ def test_widget_values_are_checked_when_the_prompt_is_queued():
 def test_the_long_sampler_refuses_actions_for_a_model_that_takes_none(tiny_checkpoint_host):
     model, _ = NODES["FastAR_LoadARVideoModel"]().load("tiny_ar.safetensors", "default", "none", 5.0)
     actions, _ = NODE().build("universal", 12.0, "0 W")
-    with pytest.raises(FastARError, match="'actions' \\(universal\\) steer a world model, but this MODEL "
+    with pytest.raises(FastARError, match="'actions' \\(universal\\) steer a Matrix-Game 2.0 model, but this MODEL "
                                           "is a text-to-video Wan model"):
         NODES["FastAR_LongVideoSampler"]().sample(model, [[None, {}]], width=32, height=32, length=13,
                                                    actions=actions)
