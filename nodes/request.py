@@ -100,10 +100,8 @@ def resolve_mode(settings: RolloutSettings, schedule_name: str) -> str:
 
 
 def image_in_first_chunk(family: ModelFamily, schedule) -> bool:
-    """LongLive 2.0's image-to-video (a Wan model on a UniPC schedule): the start image is frame 0 of the first
-    chunk, held at timestep 0, not clean context committed before it (the Self-Forcing family's, and the world
-    families', whose start view is context whatever their solver)."""
-    return family.name == ModelFamily.name and schedule.solver == "unipc"
+    """Where the family holds a start image: frame 0 of the first chunk, or clean context before it."""
+    return family.start_image_in_first_chunk(schedule)
 
 
 def read_inputs(model: ARModel, given: SamplerInputs) -> FamilyInputs:

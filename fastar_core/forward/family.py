@@ -94,6 +94,12 @@ class ModelFamily:
         key table and how held keys become actions. None: not a world model."""
         return None
 
+    def start_image_in_first_chunk(self, schedule) -> bool:
+        """Whether a start image is frame 0 of the first chunk, held at timestep 0 (LongLive 2.0's image-to-video:
+        a Wan model on a UniPC schedule), rather than clean context committed before it (the Self-Forcing family's,
+        and every world family's: their start view is context whatever their solver)."""
+        return schedule.solver == "unipc"
+
     def own_cache(self):
         """The self-attention cache the family's own inference uses (a ``CacheSpec``), or None when that is the
         user's choice; a sampler left on cache 'auto' without TempCache takes it."""

@@ -82,6 +82,9 @@ class DemoWorldFamily(ModelFamily):
     def own_rollout(self) -> tuple:
         return self.world.frames_per_block, self.world.schedule
 
+    def start_image_in_first_chunk(self, schedule) -> bool:
+        return False  # the start view is committed context, whatever the solver
+
     def live_variant(self) -> str:
         return VARIANT
 

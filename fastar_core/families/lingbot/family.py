@@ -67,6 +67,9 @@ class LingBotFamily(ModelFamily):
     def own_rollout(self) -> tuple:
         return FRAMES_PER_BLOCK, SCHEDULE
 
+    def start_image_in_first_chunk(self, schedule) -> bool:
+        return False  # the start view is committed context, whatever the solver
+
     def live_variant(self) -> str:
         return "lingbot"  # its key timeline's variant: keys walk a camera (live.KeyCamera, one call per chunk)
 

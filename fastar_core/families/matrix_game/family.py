@@ -54,6 +54,9 @@ class MatrixGameFamily(ModelFamily):
     def own_rollout(self) -> tuple:
         return FRAMES_PER_BLOCK, self.config.schedule_name
 
+    def start_image_in_first_chunk(self, schedule) -> bool:
+        return False  # the start view is committed context, whatever the solver
+
     def live_variant(self) -> str:
         return self.config.variant
 
