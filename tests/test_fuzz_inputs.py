@@ -175,6 +175,7 @@ def cli_mistakes(root: Path, ckpt: Path, out: Path) -> dict:
         "threshold-nan": (gen("--fastar", "quality", "--threshold", "nan"), "threshold"),
         "capacity-zero": (gen("--fastar", "quality", "--capacity", "0"), "capacity"),
         "capacity-below-chunk": (gen("--fastar", "quality", "--capacity", "4"), "capacity"),
+        "capacity-huge": (gen("--cache", "tempcache", "--capacity", "1000000000"), "--capacity 1000000000"),
         "bits-zero": (gen("--fastar", "balanced", "--bits", "0"), "bits"),
         "bits-huge": (gen("--fastar", "balanced", "--bits", "99"), "bits"),
         "tables-zero": (gen("--fastar", "balanced", "--tables", "0"), "tables"),

@@ -339,8 +339,13 @@ def check_rollout_memory(args, cfg, device, cache_bytes: int) -> None:
                           min(args.frames, args.frames_per_block))
     total = sum(parts.values())
     detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
-    check_fits(total, device, f"--frames {args.frames} at {args.width}x{args.height} ({detail})",
-               "use fewer --frames, a smaller size, or a bounded cache (--cache window, --fastar quality)")
+    what = f"--frames {args.frames} at {args.width}x{args.height}"
+    # a cache sized by its own option (a huge --capacity or --window) is named first: that is what to change
+    sized_by = [f"--{name} {getattr(args, name)}" for name in ("capacity", "window") if getattr(args, name, None)]
+    if sized_by and parts["cache"] == max(parts.values()):
+        what = f"{' '.join(sized_by)} with {what}"
+    check_fits(total, device, f"{what} ({detail})",
+               "use fewer --frames, a smaller size or cache, or a bounded cache (--cache window, --fastar quality)")
 
 
 def planned_cache_bytes(spec: CacheSpec, cfg, args, dtype: torch.dtype) -> int:
