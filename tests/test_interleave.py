@@ -71,3 +71,28 @@ def test_attention_bench_times_its_paths_in_rotating_rounds():
     seconds = _time_in_rounds(3, calls)
     assert set(seconds) == set("abc") and all(s >= 0 for s in seconds.values())
     assert "".join(log) == "abc" + "abc" "bca" "cab"  # one warm-up call each, then rotating rounds
+
+
+def test_an_interrupt_while_the_threads_start_stops_and_joins_those_started(monkeypatch):
+    """Ctrl-C that lands while the rollout threads are still being started (after the first started, before the
+    join): the started worker is stopped at its next turn and joined, so none is left inside torch when the
+    interpreter exits (which aborts the process)."""
+    import threading
+
+    started = []
+    original_start = threading.Thread.start
+
+    def start_then_interrupt(self):
+        original_start(self)
+        started.append(self)
+        if len(started) == 1:
+            raise KeyboardInterrupt
+
+    def endless(on_chunk):
+        while True:
+            on_chunk({"seconds": 0.0})
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_in_turns({"a": endless, "b": endless})
+    assert len(started) == 1 and not started[0].is_alive()

@@ -19,6 +19,7 @@ from pathlib import Path
 # Only what handles the end of a command is imported before it starts (see ``main``).
 from .console import (
     HEAVY_MODULES,
+    end_at_once,
     fill_closed_descriptors,
     forgiving_stdout,
     import_holding_interrupts,
@@ -307,6 +308,8 @@ def main(argv=None) -> int:
         except (OSError, ValueError):
             pass
         sys.stdout = stdout
+    if program and code == 130:  # interrupted: see end_at_once for why the shutdown is skipped
+        end_at_once(code)
     parallel = sys.modules.get(__package__.rsplit(".", 1)[0] + ".fastar_core.forward.parallel")
     if parallel is not None:  # a torchrun rank ends here, past a teardown race in torch.distributed
         parallel.end_rank_process(code)

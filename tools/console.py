@@ -178,6 +178,24 @@ def report_error(e: BaseException) -> int:
     return code
 
 
+def end_at_once(code: int) -> None:
+    """End the process with ``code`` now, past the interpreter's shutdown; output is flushed first.
+
+    For an interrupted command that ran rollouts on worker threads (the benches' turns): ``join`` returns
+    once a worker's Python state is gone, but its OS thread still runs torch's thread-local destructors, which
+    take the GIL. The main thread, with nothing left to do after an interrupt, reaches the interpreter's
+    shutdown within microseconds, and a thread taking the GIL then aborts the process (``terminate called
+    without an active exception``) after the one line was printed. Nothing of an interrupted step is kept, and
+    what earlier steps wrote is closed, so skipping the shutdown loses nothing."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 # The libraries every command imports (torch brings numpy, its compiler's front end and sympy), held whole.
 HEAVY_MODULES = ("numpy", "torch", "torch._dynamo", "safetensors.torch", "triton")
 

@@ -81,19 +81,21 @@ def run_in_turns(jobs: dict[str, Job]) -> dict[str, object]:
         finally:
             turns.leave(name)
 
-    threads = [threading.Thread(target=work, args=item, name=f"rollout {item[0]}", daemon=True)
-               for item in jobs.items()]
-    for t in threads:
-        t.start()
+    # Not daemons: a worker still running when the interpreter exits would be inside torch, which aborts the
+    # process ("terminate called without an active exception") instead of letting it end with one line.
+    threads = [threading.Thread(target=work, args=item, name=f"rollout {item[0]}") for item in jobs.items()]
     try:
+        for t in threads:
+            t.start()
         for t in threads:
             t.join()
     except BaseException:
-        # Interrupted (Ctrl-C): each worker ends at its next turn and is joined here, so none is still inside
-        # torch when the interpreter exits (which aborts the process).
+        # Interrupted (Ctrl-C), also while the threads were starting: each worker ends at its next turn (one that
+        # starts after this ends at its first) and is joined here, so none is inside torch when the caller ends.
         turns.stop()
         for t in threads:
-            t.join()
+            if t.ident is not None:
+                t.join()
         raise
     if errors:
         name, error = next(iter(errors.items()))
