@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from comfyui_fastar.tools.bench.lingbot_cap import run_lingbot_cap_bench, smoothed, verdict_line
+from comfyui_fastar.tools.bench.lingbot_cap import run_lingbot_cap_bench, verdict_line
+from comfyui_fastar.tools.bench.steady import smoothed
 
 
 def test_the_reference_is_each_rounds_median_of_its_neighbours():

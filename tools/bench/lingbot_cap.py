@@ -8,19 +8,9 @@ This rolls the ``lingbot`` scenario's random model at reduced widths (2 heads of
 tokens per frame) for ``frames`` latent frames (default 3,000) in two modes: the release's own cache (a window of
 18 frames with a 6-frame sink) and TempCache holding as many frames' worth (14, sink 6).
 
-**Measured so it holds on a busy machine.** On a machine shared with other work, a chunk's wall time is mostly
-the wait for a core, and even its CPU time moves by a third: other processes share the caches and the memory bus,
-in phases minutes long, and in bursts of seconds that slow every chunk run during them. So:
-
-- a chunk's cost is the CPU time of its own thread (``time.thread_time``) from taking its turn to handing it on,
-  with Python's garbage collector run between chunks, outside the timing (as ``timeit`` keeps it out);
-- each round runs both rollouts chunk by chunk in turn (``interleave.run_in_turns``, the order rotating every
-  round of chunks) beside a **reference**: a fixed piece of the same work, a fresh rollout's first chunk, the same
-  computation every time, run once per round of chunks. The reference's CPU time, as a median over the 11 nearest
-  rounds of chunks (half a minute), is what the machine's phase makes of fixed work there; a chunk's **relative
-  cost** is its CPU time over that;
-- ``rounds`` whole rounds run one after another, minutes apart, so a burst that slows one round's chunk misses
-  the others': a chunk's relative cost is its least over the rounds (a burst only ever adds time).
+**Measured so it holds on a busy machine** (``steady.py`` says how and why): each of ``rounds`` rounds runs
+both rollouts chunk by chunk in turn beside a reference, a fresh rollout's first chunk in the window mode; a
+chunk's cost is its **relative cost**, its own CPU time over the reference's nearby, the least over the rounds.
 
 The bar (the printed verdict line): from latent frame 300 on, every chunk's relative cost within 10 % of its
 mode's median, and the cache's bytes constant; past the cap; and the window rollout's first 1,024 frames bit for
@@ -47,6 +37,7 @@ from .interleave import run_in_turns
 from .report import line_plots, machine, write_json
 from .rollout import run_mode
 from .scenarios import lingbot_path, lingbot_scenario, scenario_modes
+from .steady import REFERENCE, chunk_timer, deviation, reference_job, smoothed
 
 FRAMES = 3000  # the claim's length
 FROM_FRAME = 300
@@ -55,8 +46,6 @@ RELEASE_CAP = 1024  # rows of the release's RoPE table: latent frames it can mak
 MODES = {"window": "dense-window", "tempcache": "tempcache"}  # this bench's names -> the rollout bench's modes
 LATENT_HW = (8, 12)
 SEED = 0
-REFERENCE = "reference"
-REFERENCE_REACH = 5  # rounds of chunks on either side the reference is taken over
 PARITY_TEST = "tests/test_lingbot_parity.py::test_the_cap_bench_rollout_matches_the_reference"
 
 
@@ -91,14 +80,12 @@ def _timed_rollout(scenario, mode, frames: int, seed: int, cond):
 
     def job(hand_on):
         rows: list = []
-        start = [time.thread_time()]
+        took, next_chunk = chunk_timer(hand_on)
 
         def on_chunk(row):
-            rows.append({"frame_start": row["frame_start"], "frames": row["frames"],
-                         "cpu_seconds": time.thread_time() - start[0], "cache_bytes": row["cache_bytes"]})
-            gc.collect()  # between chunks: never inside a timed one
-            hand_on(row)
-            start[0] = time.thread_time()
+            rows.append({"frame_start": row["frame_start"], "frames": row["frames"], "cpu_seconds": took(),
+                         "cache_bytes": row["cache_bytes"]})
+            next_chunk()
 
         result, _ = run_mode(scenario, *mode, frames=frames, seed=seed, on_chunk=on_chunk, cond=cond)
         return result, rows
@@ -106,32 +93,8 @@ def _timed_rollout(scenario, mode, frames: int, seed: int, cond):
     return job
 
 
-def _reference_job(scenario, mode, turns: int, seed: int, cond):
-    """A job for ``run_in_turns``: ``turns`` times the same work, a fresh rollout's first chunk, each timed."""
-
-    def job(hand_on):
-        rows = []
-        for _ in range(turns):
-            start = time.thread_time()
-            run_mode(scenario, *mode, frames=scenario.frames_per_block, seed=seed, cond=cond)
-            rows.append(time.thread_time() - start)
-            gc.collect()
-            hand_on(None)
-        return None, rows
-
-    return job
-
-
-def smoothed(values: list[float], reach: int = REFERENCE_REACH) -> list[float]:
-    """Each value's median with its ``reach`` neighbours on either side."""
-    return [statistics.median(values[max(0, i - reach):i + reach + 1]) for i in range(len(values))]
-
-
 def _deviation(values: list[float]) -> tuple[float, float, float]:
-    """(median, largest |value / median - 1|, share within the tolerance)."""
-    mid = statistics.median(values)
-    devs = [abs(v / mid - 1) for v in values]
-    return mid, max(devs), sum(d <= FLAT_TOLERANCE for d in devs) / len(devs)
+    return deviation(values, FLAT_TOLERANCE)
 
 
 def cap_video(frames: int = FRAMES):
@@ -161,7 +124,8 @@ def run_lingbot_cap_bench(out_dir, frames: int = FRAMES, rounds: int = 5, seed: 
         for r in range(rounds):
             start = time.perf_counter()
             jobs = {name: _timed_rollout(scenario, modes[name], frames, seed, cond) for name in modes}
-            jobs[REFERENCE] = _reference_job(scenario, modes["window"], timed, seed, cond)
+            jobs[REFERENCE] = reference_job(lambda: run_mode(scenario, *modes["window"], frames=chunk, seed=seed,
+                                                             cond=cond), timed)
             passes.append(run_in_turns(jobs))
             if progress:
                 print(f"round {r + 1}/{rounds}: {frames} frames of each mode in turn beside the reference, "
