@@ -208,8 +208,7 @@ def _plot(path, modes: dict, frames: int) -> None:
         for label, k in (("fastar median +10 %", 1 + FLAT_TOLERANCE), ("fastar median -10 %", 1 - FLAT_TOLERANCE)):
             rates[label] = (xs, [fast["median_fps"] * k] * len(xs))
     line_plots(path, [
-        {"title": "frames per CPU second (FAST-AR: at the reference's median speed; dense: least over rounds)",
-         "xlabel": "frame", "ylabel": "frames/s",
+        {"title": "frames per CPU second (least over rounds)", "xlabel": "frame", "ylabel": "frames/s",
          "series": rates},
         {"title": "cache", "xlabel": "frame", "ylabel": "MiB",
          "series": series(lambda r: r["cache_bytes"] / 2**20)},
