@@ -331,3 +331,30 @@ def test_batch_items_are_successive_draws_and_can_be_remade_alone():
     with pytest.raises(FastARError, match="batch_index"):
         ARSampler(runner).generate(tiny_context(), RolloutConfig(num_frames=6, latent_height=4, latent_width=4,
                                                                  batch_index=(0, 1)))
+
+
+@pytest.mark.parametrize("policy", ["window", "tempcache"])
+def test_rope_tables_are_sized_before_the_rollout_and_never_grow_in_it(monkeypatch, policy):
+    """A rollout's RoPE tables (the attention's and the cache's) cover its whole length before its first chunk:
+    grown mid-rollout, the chunk crossing each doubling (64, 128 frames, ...) paid for the rebuild, a fifth of a
+    chunk at 1,024 and 2,048 frames on the LingBot cap bench, and a captured step would be captured again."""
+    from comfyui_fastar.fastar_core.caches.spec import TempCacheSettings
+    from comfyui_fastar.fastar_core.model.rope import RopeTables
+
+    grown, started = [], []
+    ensure = RopeTables.ensure
+
+    def watched(self, span):
+        if span > self.span and started:
+            grown.append((self.span, span))
+        return ensure(self, span)
+
+    monkeypatch.setattr(RopeTables, "ensure", watched)
+    cfg = WanConfig(dim=32, num_heads=2, num_layers=1, ffn_dim=32, text_dim=32, freq_dim=32)
+    spec = (CacheSpec(policy="window", sink_frames=3, window_frames=15) if policy == "window" else
+            CacheSpec(policy="tempcache", sink_frames=3, tempcache=TempCacheSettings(capacity_frames=12)))
+    rc = RolloutConfig(num_frames=150, latent_height=2, latent_width=2, cache=spec, schedule=get_schedule([1.0, 0.5]))
+    result = ARSampler(CausalRunner(random_wan(cfg, seed=3))).generate(
+        tiny_context(), rc, callback=lambda report: started.append(report.frame_start))
+    assert len(started) == 50 and torch.isfinite(result.latent).all()
+    assert not grown, f"tables grew mid-rollout (span before, span asked): {grown}"

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..memory import check_fits as fits
-from ..model.rope import chunk_positions
+from ..model.rope import chunk_positions, span_of
 
 
 @dataclass
@@ -120,6 +120,13 @@ class KVCache(ABC):
         self.dtype = dtype
         self.device = torch.device(device)
         self.versions = [0] * num_layers
+
+    def reserve_positions(self, total_frames: int) -> None:
+        """Size the RoPE tables this cache rotates keys with, where it keeps any (``rope``), for a rollout of
+        ``total_frames`` latent frames before it starts (``RopeTables.reserve``)."""
+        rope = getattr(self, "rope", None)
+        if rope is not None:
+            rope.reserve(span_of(total_frames, *self.grid_hw))
 
     # -- building from the user's choice -----------------------------------------------------------------------
     @classmethod

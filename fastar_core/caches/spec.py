@@ -128,7 +128,9 @@ class CacheSpec:
         return self
 
     def build(self, shape: CacheShape, total_frames: int) -> KVCache:
-        return self.policy_class.from_spec(self, shape, total_frames)
+        cache = self.policy_class.from_spec(self, shape, total_frames)
+        cache.reserve_positions(total_frames)
+        return cache
 
     def describe(self) -> str:
         """One line for reports: the policy and the sizes it uses."""

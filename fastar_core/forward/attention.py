@@ -116,6 +116,17 @@ class DenseAttention:
         self._joined_bias[layer] = (view.bias, n_current, joined_bias)
         return joined_bias
 
+    def reserve_positions(self, frames: int, tokens_per_frame: int, head_dim: int, device) -> None:
+        """Size the RoPE tables ``rope_tables`` hands out for a rollout of ``frames`` latent frames before it starts
+        (``RopeTables.reserve``), so that no chunk grows them."""
+        if self.own_rope is not None:
+            return
+        device = torch.empty(0, device=device).device  # "cuda" as the tensors name it: "cuda:0"
+        tables = self._rope.get(device)
+        if tables is None:
+            tables = self._rope[device] = RopeTables(head_dim, device)
+        tables.reserve(span_of(frames, tokens_per_frame))
+
     def rope_tables(self, x: torch.Tensor, info: PassInfo) -> RopeTables:
         """RoPE tables on ``x``'s device covering every position of the pass: its frames, the cache's (earlier, or
         relative to it: negative) and the grid's (at most a frame's tokens per axis); sized from the host's

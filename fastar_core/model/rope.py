@@ -31,6 +31,11 @@ def rope_axes(head_dim: int) -> tuple[int, int, int]:
     return pairs - 2 * hw, hw, hw
 
 
+# A rollout's tables are sized for its whole length up to this span before it starts (rows of ``2 * span``: 8 MiB
+# per table at a head of 128); a longer rollout grows them past it as its positions reach further.
+RESERVED_SPAN_MAX = 16384
+
+
 class RopeTables:
     """cos and sin of Wan's RoPE for every integer position in ``[-span, span)`` of each axis, on one device.
 
@@ -44,6 +49,12 @@ class RopeTables:
         self.head_dim, self.device, self.theta = head_dim, torch.device(device), theta  # Wan's theta: 10000
         self.span = 0
         self.tables: list[torch.Tensor] = []
+
+    def reserve(self, span: int) -> RopeTables:
+        """Cover ``[-span, span)`` before a rollout starts, up to ``RESERVED_SPAN_MAX``: tables grown mid-rollout
+        make the chunk that crosses each doubling pay for the rebuild (a fifth of a chunk at 1,024 and 2,048 frames
+        on the LingBot cap bench's model) and a captured step be captured again."""
+        return self.ensure(min(span, RESERVED_SPAN_MAX))
 
     def ensure(self, span: int) -> RopeTables:
         """Cover positions in ``[-span, span)`` on every axis."""

@@ -333,13 +333,16 @@ class ARSampler:
             raise FastARError(f"initial noise has shape {list(initial_noise.shape)}; expected {list(latent.shape)} "
                               "(the output latent, initial frames included)")
         # A restarted rollout's positions start again at 0: its cache holds one rollout's frames.
-        cache = self.build_cache(cfg, min(total, cfg.restart.every) if cfg.restart.enabled else total, grid_hw)
+        cached_frames = min(total, cfg.restart.every) if cfg.restart.enabled else total
+        cache = self.build_cache(cfg, cached_frames, grid_hw)
         loop = RolloutLoop(runner=self.runner, cfg=cfg, schedule=schedule, first_schedule=cfg.first_schedule(schedule),
                            prompts=schedule_prompts, cond=cond, latent=latent,
                            plan=plan, cache=cache, noise=self.noise_source(cfg), initial_noise=initial_noise,
                            callback=callback, cancel=cancel, step_callback=step_callback, first_frame=first_frame,
                            vae=vae if needs is not None else None)
         self.runner.attention.begin_rollout(self.runner.num_layers)
+        self.runner.attention.reserve_positions(cached_frames, grid_hw[0] * grid_hw[1], self.runner.geometry.head_dim,
+                                                self.runner.device)
         start = time.perf_counter()
         # Kernel checks turned off by the attention's config stay off for this rollout only.
         no_checks = not getattr(self.runner.attention, "verify_kernels", True)
