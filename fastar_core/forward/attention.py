@@ -93,7 +93,7 @@ class DenseAttention:
         self.verify_kernels = verify_kernels  # False: no first-use kernel checks during its rollouts (the sampler)
         self._current_tables: tuple = (None, None, None)  # (positions tensor, absolute?, cos/sin) of the pass
         self._rotated_cache: dict = {}  # layer -> (key, rotated cache keys), CPU only
-        self._rope: dict = {}  # device -> RopeTables, built once and grown as positions reach further
+        self._rope: dict = {}  # device -> RopeTables, sized before a rollout (reserve_positions), grown only past it
         self._joined_bias: dict = {}  # layer -> (view's bias, current tokens, joined bias): one join per commit
         # A model whose rotary frequencies differ from Wan's sets its tables here: an object whose
         # ``cos_sin(positions)`` gives cos/sin of positions ``[..., L, 3]`` (the demo's steered world: whole cycles
