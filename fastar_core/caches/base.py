@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..memory import check_fits as fits
-from ..model.rope import chunk_positions, span_of
+from ..model.rope import RopeTables, chunk_positions, span_of
 
 
 @dataclass
@@ -109,6 +109,7 @@ class KVCache(ABC):
     # The CacheSpec fields this policy reads; options that set any other are refused as doing nothing.
     size_fields: tuple[str, ...] = ()
     keeps_sink = False  # its first ``sink_frames`` frames stay for good (never evicted, merged or recached)
+    rope: RopeTables | None = None  # the tables a policy that rotates keys itself keeps
 
     def __init__(self, num_layers, batch, num_heads, head_dim, grid_hw, dtype, device):
         self.num_layers = num_layers
@@ -124,9 +125,8 @@ class KVCache(ABC):
     def reserve_positions(self, total_frames: int) -> None:
         """Size the RoPE tables this cache rotates keys with, where it keeps any (``rope``), for a rollout of
         ``total_frames`` latent frames before it starts (``RopeTables.reserve``)."""
-        rope = getattr(self, "rope", None)
-        if rope is not None:
-            rope.reserve(span_of(total_frames, *self.grid_hw))
+        if self.rope is not None:
+            self.rope.reserve(span_of(total_frames, *self.grid_hw))
 
     # -- building from the user's choice -----------------------------------------------------------------------
     @classmethod

@@ -74,7 +74,7 @@ class DenseKVCache(KVCache):
         self.positions = torch.zeros(num_layers, tokens, 3, dtype=torch.long, device=self.device)
         self.bias = torch.full((num_layers, tokens), float("-inf"), device=self.device)
         self.zero_bias = torch.zeros(1, 1, tokens, device=self.device)  # the bias of a view of live frames
-        self.rope = RopeTables(head_dim, self.device)
+        self.rope: RopeTables = RopeTables(head_dim, self.device)
         # Frame index held by each slot (-1 when empty), and how many slots were ever used, per layer.
         self.slot_frame = [[-1] * capacity_frames for _ in range(num_layers)]
         self.high_water = [0] * num_layers

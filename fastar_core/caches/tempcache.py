@@ -100,7 +100,7 @@ class TempCache(KVCache):
         self.tallies = torch.zeros(3, num_layers, dtype=torch.long, device=self.device)
         # Tokens that left with evicted groups, per (batch, head): live counts + these = tokens committed.
         self.evicted_tokens = [torch.zeros(B, H, device=self.device) for _ in range(num_layers)]
-        self.rope = RopeTables(D, self.device)
+        self.rope: RopeTables = RopeTables(D, self.device)
         self._pending = None
         # The quantized search's copy of every representative, written when the group is made or changes
         # (zero for the sink and empty slots, which then never reach a positive threshold).

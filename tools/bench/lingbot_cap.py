@@ -37,7 +37,7 @@ from .interleave import run_in_turns
 from .report import line_plots, machine, write_json
 from .rollout import run_mode
 from .scenarios import lingbot_path, lingbot_scenario, scenario_modes
-from .steady import REFERENCE, chunk_timer, deviation, reference_job, smoothed
+from .steady import REFERENCE, chunk_timer, deviation, reference_job, relative_rows, smoothed
 
 FRAMES = 3000  # the claim's length
 FROM_FRAME = 300
@@ -84,17 +84,13 @@ def _timed_rollout(scenario, mode, frames: int, seed: int, cond):
 
         def on_chunk(row):
             rows.append({"frame_start": row["frame_start"], "frames": row["frames"], "cpu_seconds": took(),
-                         "cache_bytes": row["cache_bytes"]})
+                         "live_bytes": row["cache_bytes"]})
             next_chunk()
 
         result, _ = run_mode(scenario, *mode, frames=frames, seed=seed, on_chunk=on_chunk, cond=cond)
         return result, rows
 
     return job
-
-
-def _deviation(values: list[float]) -> tuple[float, float, float]:
-    return deviation(values, FLAT_TOLERANCE)
 
 
 def cap_video(frames: int = FRAMES):
@@ -143,20 +139,10 @@ def run_lingbot_cap_bench(out_dir, frames: int = FRAMES, rounds: int = 5, seed: 
     from_frame = FROM_FRAME if frames >= 2 * FROM_FRAME else min(frames // 2, (timed - 1) * chunk)
     report_modes = {}
     for name in modes:
-        runs = [done[name][1][:timed] for done in passes]
-        rows = []
-        for i, row in enumerate(runs[0]):
-            cpu = [run[i]["cpu_seconds"] for run in runs]
-            relative = [c / ref[i] for c, ref in zip(cpu, references)]
-            rows.append({"frame_start": row["frame_start"], "frames": row["frames"],
-                         "relative_cost": round(min(relative), 5), "cpu_seconds": round(min(cpu), 6),
-                         "relative_cost_each_round": [round(v, 5) for v in relative],
-                         "cpu_seconds_each_round": [round(c, 6) for c in cpu],
-                         "reference_cpu_seconds_each_round": [round(ref[i], 6) for ref in references],
-                         "live_bytes": row["cache_bytes"]})
+        rows = relative_rows([done[name][1][:timed] for done in passes], references)
         late = [r for r in rows if r["frame_start"] >= from_frame]
-        median, worst, share = _deviation([r["relative_cost"] for r in late])
-        raw_median, raw_worst, raw_share = _deviation([r["cpu_seconds"] for r in late])
+        median, worst, share = deviation([r["relative_cost"] for r in late], FLAT_TOLERANCE)
+        raw_median, raw_worst, raw_share = deviation([r["cpu_seconds"] for r in late], FLAT_TOLERANCE)
         live = sorted({r["live_bytes"] for r in late})
         report_modes[name] = {
             "cache": modes[name][0].describe(), "chunks": rows, "from_frame": from_frame,

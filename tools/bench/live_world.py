@@ -42,7 +42,7 @@ from ..demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 from .frame_rate import FALLING_BELOW, FLAT_TOLERANCE, chunk_costs
 from .interleave import run_in_turns
 from .report import FRAME_RATE_FROM, frame_rate_steadiness, line_plots, machine, write_json
-from .steady import REFERENCE, chunk_timer, reference_job, smoothed
+from .steady import REFERENCE, chunk_timer, reference_job, relative_rows, smoothed
 
 MODES = {"fastar": "balanced", "dense": "off"}  # FAST-AR Attention's preset in the live workflow, or none
 START = (12, 12)  # the workflow's Demo World Start: map 1, the middle of the map
@@ -105,23 +105,6 @@ def _fastar_beside_reference(demo, frames: int, seed: int) -> tuple[list[dict], 
     return done["fastar"], smoothed(done[REFERENCE][1])[:len(done["fastar"])]
 
 
-def _relative_rows(rounds: list[list[dict]], references: list[list[float]], scale: float) -> list[dict]:
-    """Per chunk: ``relative_cost``, the least over the rounds of its CPU time over the reference's there, and
-    ``cpu_seconds``, that times ``scale`` (the reference's median: seconds at the reference's median speed); the
-    least raw CPU time is kept as ``raw_cpu_seconds``."""
-    rows = []
-    for i, row in enumerate(rounds[0]):
-        cpu = [r[i]["cpu_seconds"] for r in rounds]
-        relative = [c / ref[i] for c, ref in zip(cpu, references)]
-        rows.append({"frame_start": row["frame_start"], "frames": row["frames"], "seconds": row["seconds"],
-                     "relative_cost": round(min(relative), 5), "cpu_seconds": min(relative) * scale,
-                     "raw_cpu_seconds": min(cpu), "cpu_seconds_each_round": [round(c, 6) for c in cpu],
-                     "relative_cost_each_round": [round(v, 5) for v in relative],
-                     "reference_cpu_seconds_each_round": [round(ref[i], 6) for ref in references],
-                     "cache_bytes": row["cache_bytes"]})
-    return rows
-
-
 def run_live_world_bench(out_dir, frames: int = 240, rounds: int = 5, seed: int = 0, threads: int = 1,
                          weights=None, progress: bool = True) -> dict:
     out_dir = Path(out_dir)
@@ -155,7 +138,9 @@ def run_live_world_bench(out_dir, frames: int = 240, rounds: int = 5, seed: int 
     modes = {}
     for name in MODES:
         if name == "fastar":
-            best = _relative_rows(per_round[name], references, scale)
+            # seconds at the reference's median speed, the least raw time kept beside them
+            best = [dict(r, raw_cpu_seconds=r["cpu_seconds"], cpu_seconds=r["relative_cost"] * scale)
+                    for r in relative_rows(per_round[name], references)]
         else:
             best = chunk_costs(per_round[name], min)
             for row, first in zip(best, per_round[name][0]):

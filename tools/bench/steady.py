@@ -65,3 +65,19 @@ def deviation(values: list[float], tolerance: float) -> tuple[float, float, floa
     mid = statistics.median(values)
     devs = [abs(v / mid - 1) for v in values]
     return mid, max(devs), sum(d <= tolerance for d in devs) / len(devs)
+
+
+def relative_rows(runs: list[list[dict]], references: list[list[float]]) -> list[dict]:
+    """Per chunk of a rollout timed in ``len(runs)`` rounds (rows with ``cpu_seconds``), beside the reference's
+    smoothed CPU time at each chunk of each round: the first round's row, with ``relative_cost`` the least over the
+    rounds of its CPU time over the reference's there, ``cpu_seconds`` its least raw CPU time, and every round's
+    figures (``*_each_round``)."""
+    rows = []
+    for i, row in enumerate(runs[0]):
+        cpu = [run[i]["cpu_seconds"] for run in runs]
+        relative = [c / ref[i] for c, ref in zip(cpu, references)]
+        rows.append({**row, "relative_cost": round(min(relative), 5), "cpu_seconds": round(min(cpu), 6),
+                     "relative_cost_each_round": [round(v, 5) for v in relative],
+                     "cpu_seconds_each_round": [round(c, 6) for c in cpu],
+                     "reference_cpu_seconds_each_round": [round(ref[i], 6) for ref in references]})
+    return rows
