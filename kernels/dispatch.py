@@ -12,6 +12,7 @@ passed its first-use check. `auto`:
 | dense attention with the LSE requested | triton (head dims 64/128; one pass), then torch |
 | sparse attention | triton (head dims 64/128), then torch |
 | LSH codes | triton, then torch |
+| sparse layout block lists (codes of at most 8 bits) | triton, then torch |
 | top-k scores (TempCache's search) | triton (head dims 16..256, powers of two; fused: no score matrix), then torch |
 
 FlashInfer's single prefill joins the plain dense chain where it fits: fp16/bf16, head dims 64/128/256, Linux,
@@ -43,6 +44,7 @@ OP_BACKENDS = {
     "attention": ("triton", "flashinfer", "flex", "sdpa_fold", "torch"),
     "sparse_attention": ("triton", "flashinfer", "flex", "torch"),
     "lsh_codes": ("triton", "torch"),
+    "block_lists": ("triton", "torch"),
     "topk_scores": ("triton", "torch"),
 }
 # Head dims the fused top-k kernel takes (tl.dot over the whole head).
@@ -166,7 +168,7 @@ def covers(name: str, op: str, device, dtype, head_dim, has_bias: bool, return_l
     """Whether backend `name` computes this kind of call itself (rather than handing it to torch)."""
     if name == "triton" and op == "topk_scores":
         return head_dim in TOPK_HEAD_DIMS
-    if name == "triton" and op != "lsh_codes":
+    if name == "triton" and op not in ("lsh_codes", "block_lists"):
         return head_dim in TRITON_HEAD_DIMS
     if name == "sdpa_fold":
         return has_bias and not return_lse
@@ -179,7 +181,7 @@ def _auto_chain(op: str, device: torch.device, dtype, head_dim, has_bias: bool, 
     if device.type != "cuda":
         return ("torch",)
     triton_ok = backend_problem(op, "triton", device, dtype) is None
-    if op == "lsh_codes":
+    if op in ("lsh_codes", "block_lists"):
         return ("triton", "torch") if triton_ok else ("torch",)
     if op == "topk_scores":
         return ("triton", "torch") if triton_ok and head_dim in TOPK_HEAD_DIMS else ("torch",)

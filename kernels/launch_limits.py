@@ -128,3 +128,33 @@ def _cubin_usage(cubin: bytes, triton_dir: str) -> dict:
     line = next(line for line in text.splitlines() if "REG:" in line)
     fields = dict(item.split(":", 1) for item in line.split() if ":" in item)
     return {key: int(fields.get(key, 0)) for key in ("REG", "SHARED", "LOCAL", "STACK")}
+
+
+def compile_block_lists(cc: int, block: int, bits: int) -> list[dict]:
+    """Compile the sparse layout's two block-list kernels (``sparse_layout_triton``) for compute capability `cc`
+    at tiles of `block` and `bits`-bit codes; their launch resources, as ``compile_resources`` reads them."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from . import sparse_layout_triton as layout
+
+    n_codes = max(16, 2**bits)
+    kernels = (
+        (layout._key_code_sets_kernel, {"KCodes": "i32", "KSets": "i8"}, {"N_CODES": n_codes, "BLOCK_K": block}),
+        (layout._visit_lists_kernel, {"QCodes": "i32", "KSets": "i8", "KvNum": "i32", "KvIdx": "i32"},
+         {"N_CODES": n_codes, "BITS": bits, "BLOCK_Q": block, "KB_TILE": layout.KB_TILE}),
+    )
+    rows = []
+    for jit, pointers, constants in kernels:
+        if not hasattr(jit, "arg_names"):
+            raise RuntimeError("the Triton kernels were imported under TRITON_INTERPRET; compile in a fresh process")
+        signature = {name: "constexpr" if name in constants else "*" + pointers[name] if name in pointers else "i32"
+                     for name in jit.arg_names}
+        compiled = triton.compile(ASTSource(jit, signature, constants), target=GPUTarget("cuda", cc, 32))
+        usage = _cubin_usage(compiled.asm["cubin"], os.path.dirname(triton.__file__))
+        rows.append({"kernel": jit.fn.__name__, "cc": cc, "block": block, "bits": bits,
+                     "num_warps": compiled.metadata.num_warps,
+                     "shared_bytes": int(compiled.metadata.shared) + usage["SHARED"], "registers": usage["REG"],
+                     "spill_bytes": usage["LOCAL"] + usage["STACK"]})
+    return rows

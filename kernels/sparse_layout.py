@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 import torch
 
 from .checks import check_codes
+from .dispatch import backend_chain
 from .errors import KernelInputError
 from .hamming import flip_masks, hamming_ball_adjacency, num_flip_masks
+from .verify import Family, run_with_fallback
 
 DENSE_CODE = -1  # code stored for dense keys in `k_codes_sorted`
 # Up to this many bits, block code sets are exact bitmaps and a Hamming-ball matmul finds neighbours.
@@ -121,7 +123,7 @@ class SparseLayout:
 
 
 def build_sparse_layout(q_codes, k_codes, *, n_dense: int, block_q: int = 64, block_k: int = 64, radius: int = 0,
-                        bits: int | None = None, checked: bool = False):
+                        bits: int | None = None, checked: bool = False, backend: str = "auto"):
     """Plan block-sparse attention from bucket codes.
 
     q_codes [B, H, Nq] and k_codes [B, H, Nk]: non-negative integer codes < 2**16. The first `n_dense` keys
@@ -131,15 +133,16 @@ def build_sparse_layout(q_codes, k_codes, *, n_dense: int, block_q: int = 64, bl
     `bits`: the codes' width when the caller knows it (a hash of that many bits); the layout's shapes then depend
     on the sizes alone (`kv_idx` lists up to every key block), and nothing is read back to the host: what a
     compiled or captured step needs. None reads the widest code. `checked=True`: the caller vouches that the codes
-    are in range (checked at first use), so they are not read to check them.
+    are in range (checked at first use), so they are not read to check them. `backend` plans the block lists
+    ("auto": Triton on CUDA for codes of at most 8 bits, else torch; see `block_lists`).
     """
     if not isinstance(q_codes, torch.Tensor) or q_codes.dim() != 3:
         raise KernelInputError(f"q_codes must be a [B, H, Nq] integer tensor, got {_describe(q_codes)}")
     B, H, Nq = q_codes.shape
-    q_codes = q_codes.long() if checked else check_codes(q_codes, "q_codes")
+    q_codes = q_codes if checked else check_codes(q_codes, "q_codes")
     if not isinstance(k_codes, torch.Tensor) or k_codes.dim() != 3 or tuple(k_codes.shape[:2]) != (B, H):
         raise KernelInputError(f"k_codes must be a [B={B}, H={H}, Nk] integer tensor, got {_describe(k_codes)}")
-    k_codes = k_codes.long() if checked else check_codes(k_codes, "k_codes")
+    k_codes = k_codes if checked else check_codes(k_codes, "k_codes")
     if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 16):
         raise KernelInputError(f"bits must be an int in [1, 16] (the codes' width), got {bits!r}")
     static = bits is not None
@@ -154,31 +157,25 @@ def build_sparse_layout(q_codes, k_codes, *, n_dense: int, block_q: int = 64, bl
     if isinstance(radius, bool) or not isinstance(radius, int) or not 0 <= radius <= 16:
         raise KernelInputError(f"radius must be an int in [0, 16] (Hamming radius on 16-bit codes), got {radius!r}")
 
-    device = q_codes.device
-    q_sorted, q_perm = torch.sort(q_codes, dim=-1, stable=True)
-    k_sparse_sorted, k_sparse_perm = torch.sort(k_codes[..., n_dense:], dim=-1, stable=True)
-    dense_idx = torch.arange(n_dense, device=device).expand(B, H, n_dense)
-    k_perm = torch.cat([dense_idx, k_sparse_perm + n_dense], dim=-1)
-    k_sorted = torch.cat([torch.full((B, H, n_dense), DENSE_CODE, device=device), k_sparse_sorted], dim=-1)
+    q_sorted, q_perm = torch.sort(q_codes.to(torch.int32), dim=-1, stable=True)
+    # Dense keys get the code -1, below every real code: one stable sort puts them first, in their order.
+    k_marked = k_codes.to(torch.int32, copy=True)
+    if n_dense:
+        k_marked[..., :n_dense].fill_(DENSE_CODE)
+    k_sorted, k_perm = torch.sort(k_marked, dim=-1, stable=True)
     if bits is None:
-        top_q = int(q_codes.max()) if q_codes.numel() else 0
-        top_k = int(k_sparse_sorted.max()) if k_sparse_sorted.numel() else 0
-        bits = max(1, max(top_q, top_k).bit_length())
+        top_q = int(q_sorted[..., -1].max()) if q_codes.numel() else 0
+        top_k = int(k_sorted[..., -1].max()) if k_sorted.numel() else 0
+        bits = max(1, max(top_q, top_k, 0).bit_length())
 
-    visits = _block_visits(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits)
-    kv_num = visits.sum(-1, dtype=torch.int32)
-    if static:
-        max_kb = max(1, visits.shape[-1])
-    else:
-        max_kb = max(1, int(kv_num.max()) if kv_num.numel() else 1)
-    # A stable sort of the "not visited" flag lists the visited blocks first, in ascending order.
-    kv_idx = torch.sort((~visits).to(torch.int8), dim=-1, stable=True).indices[..., :max_kb]
-    kv_idx = torch.where(torch.arange(max_kb, device=device) < kv_num.unsqueeze(-1), kv_idx, 0).to(torch.int32)
+    kv_num, kv_idx = block_lists(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits, backend)
+    if not static:
+        kv_idx = kv_idx[..., : max(1, int(kv_num.max()) if kv_num.numel() else 1)].contiguous()
     return SparseLayout(
         q_perm=q_perm,
         k_perm=k_perm,
-        q_codes_sorted=q_sorted.to(torch.int32),
-        k_codes_sorted=k_sorted.to(torch.int32),
+        q_codes_sorted=q_sorted,
+        k_codes_sorted=k_sorted,
         kv_num=kv_num,
         kv_idx=kv_idx,
         n_dense=n_dense,
@@ -187,6 +184,77 @@ def build_sparse_layout(q_codes, k_codes, *, n_dense: int, block_q: int = 64, bl
         radius=radius,
         bits=bits,
     )
+
+
+def block_lists(q_sorted, k_sorted, n_dense: int, block_q: int, block_k: int, radius: int, bits: int,
+                backend: str = "auto"):
+    """(kv_num [B, H, nQB] int32, kv_idx [B, H, nQB, nKB] int32) from the sorted int32 codes.
+
+    Codes of at most 8 bits (the bitmap case, AnnSA's) run as one operator, ``fastar::block_lists``: two Triton
+    kernels on CUDA (checked against torch at first use), torch's operators elsewhere. Wider codes, or a radius
+    that makes every sparse key visible, take torch's operators one by one."""
+    if bits > BITMAP_MAX_BITS or radius >= bits:
+        return _block_lists_torch(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits)
+    device = q_sorted.device
+    chain = backend_chain("block_lists", backend, device)
+    family = Family(str(device), torch.int32, 0, False, block_q=block_q, block_k=block_k, radius=radius, bits=bits)
+    return run_with_fallback(
+        "block_lists", chain, family,
+        lambda name: block_lists_op(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits, name),
+        lambda name: _probe_block_lists(name, family),
+    )
+
+
+@torch.library.custom_op("fastar::block_lists", mutates_args=())
+def block_lists_op(q_sorted: torch.Tensor, k_sorted: torch.Tensor, n_dense: int, block_q: int, block_k: int,
+                   radius: int, bits: int, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One operator whatever the backend (what an operator count sees as the kernels a GPU launches)."""
+    if backend == "triton":
+        from .sparse_layout_triton import block_lists_triton
+
+        return block_lists_triton(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits)
+    return _block_lists_torch(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits)
+
+
+@block_lists_op.register_fake
+def _(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits, backend):
+    B, H, Nq = q_sorted.shape
+    n_qb, n_kb = -(-Nq // block_q), -(-k_sorted.shape[-1] // block_k)
+    return (q_sorted.new_empty((B, H, n_qb), dtype=torch.int32),
+            q_sorted.new_empty((B, H, n_qb, n_kb), dtype=torch.int32))
+
+
+def _probe_block_lists(name: str, family: Family) -> str | None:
+    """Backend `name` against torch: dense keys, ragged tiles, codes in a few buckets and spread over all."""
+    bq, bk, bits = family.block_q, family.block_k, family.bits
+    gen = torch.Generator().manual_seed(bq + bk + bits)
+    n_dense, Nq, Nk = bk + 5, 3 * bq + 7, 6 * bk + 11
+    few = torch.randint(0, min(2**bits, 3), (1, 2, Nq + Nk), generator=gen)
+    spread = torch.randint(0, 2**bits, (1, 2, Nq + Nk), generator=gen)
+    codes = torch.where(torch.rand(1, 2, Nq + Nk, generator=gen) < 0.8, few, spread).to(torch.int32)
+    q_sorted = codes[..., :Nq].sort(dim=-1).values.to(family.device)
+    k_sorted = codes[..., Nq:].clone()
+    k_sorted[..., :n_dense] = DENSE_CODE
+    k_sorted = k_sorted.sort(dim=-1).values.to(family.device)
+    args = (q_sorted, k_sorted, n_dense, bq, bk, family.radius, bits)
+    got = block_lists_op(*args, name)
+    expected = _block_lists_torch(*args)
+    for what, a, b in zip(("kv_num", "kv_idx"), got, expected):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"{what} has shape {tuple(a.shape)} {a.dtype}, expected {tuple(b.shape)} {b.dtype}"
+        wrong = int((a.cpu() != b.cpu()).sum())
+        if wrong:
+            return f"{wrong} of {b.numel()} {what} entries differ from torch"
+    return None
+
+
+def _block_lists_torch(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits):
+    visits = _block_visits(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits)
+    kv_num = visits.sum(-1, dtype=torch.int32)
+    # A stable sort of the "not visited" flag lists the visited blocks first, in ascending order.
+    kv_idx = torch.sort((~visits).to(torch.int8), dim=-1, stable=True).indices
+    kv_idx = torch.where(torch.arange(visits.shape[-1], device=visits.device) < kv_num.unsqueeze(-1), kv_idx, 0)
+    return kv_num, kv_idx.to(torch.int32)
 
 
 def _block_visits(q_sorted, k_sorted, n_dense, block_q, block_k, radius, bits) -> torch.Tensor:
@@ -234,9 +302,9 @@ def _probe_range_visits(q_blocks, k_blocks, radius, bits):
     B, H, n_qb, block_q = q_blocks.shape
     masks = flip_masks(bits, radius, q_blocks.device)
     probes = torch.where(q_blocks.unsqueeze(-1) >= 0, q_blocks.unsqueeze(-1) ^ masks, -3)
-    probes = probes.view(B, H, n_qb, -1).sort(dim=-1).values
+    probes = probes.view(B, H, n_qb, block_q * masks.numel()).sort(dim=-1).values
     sparse = k_blocks >= 0
-    big = torch.iinfo(torch.int64).max
+    big = 1 << 17  # past every 16-bit code
     k_min = torch.where(sparse, k_blocks, big).amin(-1)
     k_max = torch.where(sparse, k_blocks, -big).amax(-1)
     n_kb = k_blocks.shape[2]

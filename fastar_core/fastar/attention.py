@@ -168,7 +168,7 @@ class FastARAttention(DenseAttention):
         layout = build_sparse_layout(hasher.codes(q_rot)[..., 0], hasher.codes(keys)[..., 0], n_dense=n_dense,
                                      block_q=self.config.block_size, block_k=self.config.block_size,
                                      radius=1 if self.config.multiprobe else 0, bits=hasher.bits,
-                                     checked=layer in self._checked)
+                                     checked=layer in self._checked, backend=self.backend)
         self._checked.add(layer)
         out = sparse_attention(q_rot, keys, values, layout, bias, backend=self.backend, check_values=False)
 

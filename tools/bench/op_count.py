@@ -218,11 +218,25 @@ def lsh_codes_cost(args) -> tuple[int, float, int]:
         bits_total // args[2])
 
 
+def block_lists_cost(args) -> tuple[int, float, int]:
+    """``fastar::block_lists`` as CUDA runs it: a kernel marking each key block's codes (a byte per code), then a
+    kernel per query block that marks its probe codes and reads every key block's marks (no L2 reuse assumed),
+    writing its list of visited blocks."""
+    q_sorted, k_sorted, block_q, block_k, bits = args[0], args[1], args[3], args[4], args[6]
+    B, H, Nq = q_sorted.shape
+    Nk = k_sorted.shape[-1]
+    n_qb, n_kb = -(-Nq // block_q), -(-Nk // block_k)
+    n_codes = max(16, 2**bits)
+    marks = B * H * n_kb * n_codes
+    lists = 4 * B * H * n_qb * (1 + n_kb)
+    return 2, 0.0, tensor_bytes(k_sorted) + marks + tensor_bytes(q_sorted) + n_qb * marks + lists
+
+
 class OpCounter(TorchDispatchMode):
     """Counts every operator dispatched while active (see the module docstring). ``mark()`` closes a stretch
     (a chunk) and starts the next; ``stretches`` holds them in order. The pack's own kernels that run as one
-    operator (``fastar::sparse_attention``, ``fastar::topk_scores``, ``fastar::lsh_codes``) are costed as a GPU
-    runs them (``*_cost``)."""
+    operator (``fastar::sparse_attention``, ``fastar::topk_scores``, ``fastar::lsh_codes``,
+    ``fastar::block_lists``) are costed as a GPU runs them (``*_cost``)."""
 
     def __init__(self, assumed_block_density: float = 0.5):
         super().__init__()
@@ -316,6 +330,9 @@ class OpCounter(TorchDispatchMode):
         elif func.namespace == "fastar" and func.__name__.startswith("lsh_codes"):
             launches, flops, nbytes = lsh_codes_cost(args)
             dtype = torch.float32
+        elif func.namespace == "fastar" and func.__name__.startswith("block_lists"):
+            launches, flops, nbytes = block_lists_cost(args)
+            dtype = torch.int32
         if launches or sync or dynamic:
             self.current.records.append(OpRecord(str(func.overloadpacket.__name__), self._where(), launches, sync,
                                                  dynamic, nbytes, flops, str(dtype).replace("torch.", "")
