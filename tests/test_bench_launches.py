@@ -52,7 +52,10 @@ def test_a_steady_chunk_of_every_mode_reads_the_device_once_and_makes_no_shape_f
         assert steady.dynamic == 0, (name, steady.dynamic_sites())
     window = counted["dense-window"].launches
     for name, steady in counted.items():
-        assert steady.launches <= 1.5 * window, (name, steady.launches, window)
+        # AnnCA's pruning, off in every preset (it keeps every real prompt token at Wan's shapes), plans per frame
+        # and is not held to the bound; AnnSA on every call (annsa_min_keys 0 here) is.
+        if name != "all+annca-prune":
+            assert steady.launches <= 1.5 * window, (name, steady.launches, window)
 
 
 def test_the_estimate_traces_a_model_too_large_for_this_machine_under_fake_tensors(monkeypatch):
