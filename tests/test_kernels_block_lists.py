@@ -69,6 +69,8 @@ def test_a_wrong_block_list_kernel_is_caught_at_first_use_and_torch_plans(monkey
         return (kv_num - 1).clamp(min=0), kv_idx
 
     monkeypatch.setattr(sparse_layout_triton, "block_lists_triton", drops_the_last_visited_block)
+    monkeypatch.delenv(verify.ENV_VAR, raising=False)  # checks on, whatever an earlier test left
+    monkeypatch.setattr(verify, "_enabled", None)
     verify.reset()
     gen = torch.Generator().manual_seed(4)
     q_codes, k_codes = torch.randint(0, 16, (1, 2, 90), generator=gen), torch.randint(0, 16, (1, 2, 300), generator=gen)
