@@ -138,8 +138,9 @@ def compile_block_lists(cc: int, block: int, bits: int) -> list[dict]:
     from triton.compiler import ASTSource
 
     from . import sparse_layout_triton as layout
+    from .sparse_layout import code_lanes
 
-    n_codes = max(16, 2**bits)
+    n_codes = code_lanes(bits)
     kernels = (
         (layout._key_code_sets_kernel, {"KCodes": "i32", "KSets": "i8"}, {"N_CODES": n_codes, "BLOCK_K": block}),
         (layout._visit_lists_kernel, {"QCodes": "i32", "KSets": "i8", "KvNum": "i32", "KvIdx": "i32"},

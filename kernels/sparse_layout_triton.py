@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .sparse_layout import code_lanes
 from .triton_common import device_guard
 
 KB_TILE = 16  # key blocks handled per step of the walk
@@ -72,7 +73,7 @@ def block_lists_triton(q_sorted, k_sorted, n_dense: int, block_q: int, block_k: 
     B, H, Nq = q_sorted.shape
     Nk = k_sorted.shape[-1]
     n_qb, n_kb = -(-Nq // block_q), -(-Nk // block_k)
-    n_codes = max(16, 2**bits)  # a tile of at least 16 lanes; the codes past 2**bits are held by no key
+    n_codes = code_lanes(bits)
     device = q_sorted.device
     q_sorted, k_sorted = q_sorted.contiguous(), k_sorted.contiguous()
     kv_num = torch.empty(B, H, n_qb, dtype=torch.int32, device=device)

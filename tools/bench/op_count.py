@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ...kernels.sparse_layout import code_lanes
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 THIS_FILE = str(Path(__file__).resolve())
 
@@ -226,7 +228,7 @@ def block_lists_cost(args) -> tuple[int, float, int]:
     B, H, Nq = q_sorted.shape
     Nk = k_sorted.shape[-1]
     n_qb, n_kb = -(-Nq // block_q), -(-Nk // block_k)
-    n_codes = max(16, 2**bits)
+    n_codes = code_lanes(bits)
     marks = B * H * n_kb * n_codes
     lists = 4 * B * H * n_qb * (1 + n_kb)
     return 2, 0.0, tensor_bytes(k_sorted) + marks + tensor_bytes(q_sorted) + n_qb * marks + lists
