@@ -45,3 +45,9 @@ def hamming_ball_adjacency(bits: int, radius: int, device=None) -> torch.Tensor:
     """[2**bits, 2**bits] float matrix, 1 where two codes are within `radius` (for small `bits`)."""
     codes = torch.arange(2**bits, device=device)
     return within_radius(codes[:, None], codes[None, :], radius).float()
+
+
+def code_lanes(bits: int) -> int:
+    """Lanes the Triton block-list kernels give a code bitmap: one per code, at least 16 (a tile); the codes past
+    2**bits are held by no key."""
+    return max(16, 2**bits)

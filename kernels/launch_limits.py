@@ -138,7 +138,7 @@ def compile_block_lists(cc: int, block: int, bits: int) -> list[dict]:
     from triton.compiler import ASTSource
 
     from . import sparse_layout_triton as layout
-    from .sparse_layout import code_lanes
+    from .hamming import code_lanes
 
     n_codes = code_lanes(bits)
     kernels = (

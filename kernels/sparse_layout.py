@@ -24,12 +24,6 @@ BITMAP_MAX_BITS = 8
 MAX_PROBE_ENTRIES = 2**22
 
 
-def code_lanes(bits: int) -> int:
-    """Lanes the Triton block-list kernels give a code bitmap: one per code, at least 16 (a tile); the codes past
-    2**bits are held by no key."""
-    return max(16, 2**bits)
-
-
 @dataclass(eq=False)
 class SparseLayout:
     """Bucket-sorted order of queries and keys, and the key blocks each query block visits.

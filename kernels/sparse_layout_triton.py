@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .sparse_layout import code_lanes
+from .hamming import code_lanes
 from .triton_common import device_guard
 
 KB_TILE = 16  # key blocks handled per step of the walk

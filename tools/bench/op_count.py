@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...kernels.sparse_layout import code_lanes
+from ...kernels.hamming import code_lanes
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 THIS_FILE = str(Path(__file__).resolve())
