@@ -33,6 +33,18 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture()
+def fresh_kernel_checks(monkeypatch):
+    """Kernel checks on (whatever the environment or an earlier test set) and no verdicts from earlier tests."""
+    from comfyui_fastar.kernels import verify
+
+    monkeypatch.delenv(verify.ENV_VAR, raising=False)
+    monkeypatch.setattr(verify, "_enabled", None)
+    verify.reset()
+    yield
+    verify.reset()
+
+
+@pytest.fixture()
 def standalone_host(monkeypatch, tmp_path):
     """The nodes' standalone host, fresh for each test, with ``tmp_path`` as its diffusion_models folder."""
     from comfyui_fastar.nodes import host as host_module

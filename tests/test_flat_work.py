@@ -8,10 +8,10 @@ from contextlib import ExitStack
 import pytest
 import torch
 
+from comfyui_fastar.tools.bench.launches import count_rollout
 from comfyui_fastar.tools.bench.lingbot_cap import cap_setting
 from comfyui_fastar.tools.bench.live_world import play_once
 from comfyui_fastar.tools.bench.op_count import OpCounter
-from comfyui_fastar.tools.bench.rollout import run_mode
 from comfyui_fastar.tools.bench.scenarios import scenario_modes
 from comfyui_fastar.tools.demo.bundled import load_demo_model
 from comfyui_fastar.tools.demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
@@ -21,22 +21,12 @@ LINGBOT_FULL = 24  # the first chunk after both bounded caches are full
 LIVE_FROM, LIVE_CHUNKS = 60, 12  # the live-world bar's first frame, and how many chunks from it are counted
 
 
-def _work(counter: OpCounter) -> tuple:
-    with counter.pause():
-        tally = counter.mark()
-        counter.stretches.clear()  # keep the counter's memory flat over a long rollout
-        return tally.launches, tally.bytes, tally.flops
-
-
 def _lingbot_work(name: str) -> list[tuple]:
     """(frame_start, launches, bytes, flops) of every chunk of a LingBot rollout in the bench's mode ``name``."""
     scenario, modes, cond = cap_setting(LINGBOT_FRAMES)
     mode = modes.get(name) or scenario_modes(scenario)[name]
-    counter, rows = OpCounter(), []
-    with counter.counting(), torch.no_grad():
-        run_mode(scenario, *mode, frames=LINGBOT_FRAMES, seed=0, cond=cond,
-                 on_chunk=lambda row: rows.append((row["frame_start"], *_work(counter))))
-    return rows[:-1]  # the final chunk takes no clean pass
+    tallies = count_rollout(scenario, *mode, frames=LINGBOT_FRAMES, cond=cond)[:-1]  # the last takes no clean pass
+    return [(i * scenario.frames_per_block, t.launches, t.bytes, t.flops) for i, t in enumerate(tallies)]
 
 
 @pytest.mark.parametrize("name", ["window", "tempcache"])
@@ -64,7 +54,8 @@ def _live_work(preset: str, first: int, chunks: int) -> list[tuple]:
         if start[0] == first:
             counting.enter_context(counter.counting())
         elif start[0] > first:
-            rows.append((frame, *_work(counter)))
+            tally = counter.mark()
+            rows.append((frame, tally.launches, tally.bytes, tally.flops))
 
     with counting, torch.no_grad():
         play_once(demo, preset, first + chunks + 2, seed=0, hand_on=hand_on)

@@ -16,13 +16,8 @@ BF16 = torch.bfloat16
 
 
 @pytest.fixture(autouse=True)
-def clean_state(monkeypatch):
+def clean_state(monkeypatch, fresh_kernel_checks):
     monkeypatch.setattr(host_module, "_registry", {})  # e.g. ComfyUI's, registered by a host test
-    monkeypatch.setattr(verify, "_enabled", None)
-    monkeypatch.delenv(verify.ENV_VAR, raising=False)
-    verify.reset()
-    yield
-    verify.reset()
 
 
 @pytest.fixture()

@@ -59,7 +59,7 @@ def test_a_layout_planned_by_triton_is_the_layout_torch_plans():
         assert torch.equal(getattr(a, field), getattr(b, field)), field
 
 
-def test_a_wrong_block_list_kernel_is_caught_at_first_use_and_torch_plans(monkeypatch, caplog):
+def test_a_wrong_block_list_kernel_is_caught_at_first_use_and_torch_plans(monkeypatch, caplog, fresh_kernel_checks):
     from comfyui_fastar.kernels import sparse_layout_triton
 
     real = sparse_layout_triton.block_lists_triton
@@ -69,9 +69,6 @@ def test_a_wrong_block_list_kernel_is_caught_at_first_use_and_torch_plans(monkey
         return (kv_num - 1).clamp(min=0), kv_idx
 
     monkeypatch.setattr(sparse_layout_triton, "block_lists_triton", drops_the_last_visited_block)
-    monkeypatch.delenv(verify.ENV_VAR, raising=False)  # checks on, whatever an earlier test left
-    monkeypatch.setattr(verify, "_enabled", None)
-    verify.reset()
     gen = torch.Generator().manual_seed(4)
     q_codes, k_codes = torch.randint(0, 16, (1, 2, 90), generator=gen), torch.randint(0, 16, (1, 2, 300), generator=gen)
     kwargs = dict(n_dense=20, block_q=16, block_k=16, radius=0, bits=4)

@@ -24,12 +24,8 @@ sparse_triton = importlib.import_module("comfyui_fastar.kernels.sparse_triton")
 
 
 @pytest.fixture(autouse=True)
-def fresh_verdicts(monkeypatch):
-    monkeypatch.delenv(verify.ENV_VAR, raising=False)
-    monkeypatch.setattr(verify, "_enabled", None)
-    verify.reset()
+def fresh_verdicts(fresh_kernel_checks):
     yield
-    verify.reset()
 
 
 @pytest.fixture(scope="module")

@@ -40,9 +40,10 @@ FULL_FRAME = 24  # the first chunk that sees a full 21-frame cache (sink include
 
 
 def count_rollout(scenario: Scenario, spec, fastar, frames: int, seed: int = 0, start_frames: int = 0,
-                  counter: OpCounter | None = None):
+                  counter: OpCounter | None = None, cond=None):
     """One rollout of ``scenario`` counted chunk by chunk: a list of ``OpTally``, one per chunk (the first holds
-    the committing of ``start_frames`` given frames too)."""
+    the committing of ``start_frames`` given frames too). ``cond``: what it is conditioned on (default: the
+    scenario's, for ``start_frames + frames``)."""
     runner = scenario.runner()
     sampler = build_sampler(runner, fastar.with_overrides(verify_kernels=False),
                             rope_max_distance=scenario.rope_max_distance)
@@ -59,8 +60,8 @@ def count_rollout(scenario: Scenario, spec, fastar, frames: int, seed: int = 0, 
 
     with counter.counting():
         with torch.no_grad():
-            sampler.generate(scenario.conditioning(start_frames + frames), cfg, initial_latents=initial,
-                             callback=on_chunk)
+            sampler.generate(cond if cond is not None else scenario.conditioning(start_frames + frames), cfg,
+                             initial_latents=initial, callback=on_chunk)
     return counter.stretches[:-1]  # the last stretch is what ran after the final chunk's report
 
 
