@@ -269,6 +269,8 @@ def subcommand_mistakes(root: Path, evil_pt: Path, deep_pt: Path) -> dict:
         "train-report-only-nothing": (train("--report-only"), "--report-only"),
         "train-new-region-weight-sprites": (train("--new-region-weight", "4"), "--world steer"),
         "train-new-region-weight-zero": (train("--world", "steer", "--new-region-weight", "0"), "--new-region-weight"),
+        "train-landmark-weight-sprites": (train("--landmark-weight", "2"), "--world steer"),
+        "train-landmark-weight-nan": (train("--world", "steer", "--landmark-weight", "nan"), "--landmark-weight"),
         "train-out-empty": (["train-demo", "--out", "", "--steps", "1"], "--out"),
         "train-out-proc": (train(out=Path("/proc/fastar-fuzz-train")), "--out"),
         "train-unknown-option": (train("--bogus"), "--bogus"),

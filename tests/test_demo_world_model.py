@@ -249,14 +249,40 @@ def test_the_loss_weighs_the_strip_a_move_brings_in():
     assert torch.equal(new_region_weights(offset, (24, 24), 1.0), torch.ones_like(w))
 
 
-def test_the_command_line_sets_the_new_strips_loss_weight(tmp_path):
+def test_the_landmark_pixels_are_those_a_landmark_changes_and_no_ground_pixel():
+    import dataclasses
+    import math
+
+    from comfyui_fastar.fastar_core.families.demo.steer_world import STEP
+    from comfyui_fastar.tools.demo.world_train import landmark_pixels, world_batch
+
+    world = make_map(3)
+    track = track_from_actions(scripted_path(40), start=(2, 5))
+    video = render_track(world, track)
+    marked = landmark_pixels(world, track, video)
+    assert marked.shape == (len(track), 1, 24, 24) and 0 < marked.float().mean() < 0.5
+    n = world.size
+    for t, (px, py) in enumerate(track.positions.tolist()):
+        rows, cols = torch.nonzero(marked[t, 0], as_tuple=True)
+        for r, c in zip(rows.tolist(), cols.tolist()):  # every marked pixel lies within some landmark's reach
+            x, y = (px * STEP + c + 0.5) % n, (py * STEP + r + 0.5) % n
+            assert any(max(abs((x - lm.x + n / 2) % n - n / 2), abs((y - lm.y + n / 2) % n - n / 2))
+                       <= math.ceil(lm.radius) + 1 for lm in world.landmarks), (t, r, c)
+    bare = dataclasses.replace(world, landmarks=())
+    assert not landmark_pixels(bare, track, render_track(bare, track)).any()
+    # The training batch renders the bare ground only when a run weighs landmarks.
+    assert world_batch(0, 0, 1, 5).landmarks is None
+    assert world_batch(0, 0, 1, 5, landmarks=True).landmarks.shape == (1, 1, 5, 24, 24)
+
+
+def test_the_command_line_sets_the_new_strips_and_the_landmarks_loss_weights(tmp_path):
     from comfyui_fastar.tools.demo.train_command import main
 
     out = tmp_path / "w"
     assert main(["--world", "steer", "--out", str(out), "--steps", "1", "--batch", "1", "--threads", "1",
-                 "--no-report", "--new-region-weight", "3"]) == 0
+                 "--no-report", "--new-region-weight", "3", "--landmark-weight", "2"]) == 0
     recipe = load_demo_model(out / "demo_model.safetensors").metadata["training"]["recipe"]
-    assert recipe["new_region_loss_weight"] == 3.0
+    assert (recipe["new_region_loss_weight"], recipe["landmark_loss_weight"]) == (3.0, 2.0)
 
 
 def test_a_world_run_can_start_from_a_world_file_and_refuses_a_sprite_file(tmp_path):

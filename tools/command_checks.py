@@ -228,6 +228,9 @@ def check_train(args) -> None:
     check_number("--new-region-weight", args.new_region_weight, 0, 1000, open_low=True)
     if args.new_region_weight is not None and args.world != "steer":
         raise FastARError("--new-region-weight weighs the strip a move brings into view: it needs --world steer")
+    check_number("--landmark-weight", args.landmark_weight, 0, 1000, open_low=True)
+    if args.landmark_weight is not None and args.world != "steer":
+        raise FastARError("--landmark-weight weighs the steered world's landmarks: it needs --world steer")
     out = check_folder("--out", args.out)
     if args.report_only:
         from .demo.settings import WEIGHTS_FILE

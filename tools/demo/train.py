@@ -69,6 +69,7 @@ class TrainRecipe:
     p_own_context: float = 0.25  # per clip: context chunks replaced by the model's own one-step predictions
     p_rollout_context: float = 0.0  # per clip: context chunks replaced by the EMA model's own sampled rollout
     new_region_loss_weight: float = 1.0  # steered world: loss weight of the pixels a move brings into view
+    landmark_loss_weight: float = 1.0  # steered world: loss weight of the pixels landmarks cover
 
     def lr_at(self, step: int, time_fraction: float = 0.0) -> float:
         """Warm-up, then cosine decay driven by whichever runs out first: the steps or the wall-time budget

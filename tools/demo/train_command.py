@@ -156,7 +156,15 @@ def build_parser():
                    help="sprites: the bundled text-to-video demo; steer: the keyboard-steered world model")
     p.add_argument("--new-region-weight", type=float, default=None,
                    help="--world steer: loss weight of the strip each move brings into view (default 1)")
+    p.add_argument("--landmark-weight", type=float, default=None,
+                   help="--world steer: loss weight of the pixels landmarks cover (default 1)")
     return p
+
+
+def recipe_overrides(args) -> dict | None:
+    """The steered world's loss weights the command line sets, as recipe fields."""
+    given = {"new_region_loss_weight": args.new_region_weight, "landmark_loss_weight": args.landmark_weight}
+    return {k: v for k, v in given.items() if v is not None} or None
 
 
 def main(argv=None) -> int:
@@ -183,8 +191,7 @@ def main(argv=None) -> int:
         train_demo(args.out, minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
                    resume=not args.fresh, checkpoint_minutes=args.checkpoint_minutes, report=not args.no_report,
                    batch=args.batch, init_from=args.init_from, world=args.world,
-                   recipe_overrides=None if args.new_region_weight is None
-                   else {"new_region_loss_weight": args.new_region_weight})
+                   recipe_overrides=recipe_overrides(args))
     return 0
 
 

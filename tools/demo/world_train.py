@@ -21,6 +21,7 @@ between).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,23 +107,37 @@ class WorldBatch:
     positions: torch.Tensor  # [B, T, 2]
     jumps: torch.Tensor  # [B, T] bool: frames whose frame before is not the one before them on the path
     kinds: list
+    landmarks: torch.Tensor | None = None  # [B, 1, T, H, W] bool: pixels a landmark covers (when asked for)
 
 
-def world_batch(seed: int, step: int, batch: int, frames: int, map_size: int = MAP_SIZE) -> WorldBatch:
-    videos, paths = [], []
+def landmark_pixels(world, track, video: torch.Tensor) -> torch.Tensor:
+    """``[T, 1, H, W]``: the pixels of ``video`` (``world`` along ``track``) a landmark covers, anti-aliased edges
+    included: those the bare ground would show otherwise."""
+    ground = render_track(dataclasses.replace(world, landmarks=()), track)
+    return (video - ground).abs().amax(dim=1, keepdim=True) > LANDMARK_EDGE
+
+
+def world_batch(seed: int, step: int, batch: int, frames: int, map_size: int = MAP_SIZE,
+                landmarks: bool = False) -> WorldBatch:
+    """``batch`` training clips of step ``step``; with ``landmarks`` each clip's landmark pixels too."""
+    videos, paths, marks = [], [], []
     for i in range(batch):
         s = clip_seed(seed, step, i)
         world = make_map(s, map_size)
         rng = np.random.default_rng(s + 17)
         path = training_path(rng, frames, map_size // STEP)
         paths.append(path)
-        videos.append(render_track(world, path.track).permute(1, 0, 2, 3))
+        video = render_track(world, path.track)
+        videos.append(video.permute(1, 0, 2, 3))
+        if landmarks:
+            marks.append(landmark_pixels(world, path.track, video).permute(1, 0, 2, 3))
     actions, positions = batch_tracks([p.track for p in paths])
     jumps = torch.zeros(batch, frames, dtype=torch.bool)
     for i, p in enumerate(paths):
         if p.jump is not None:
             jumps[i, p.jump] = True
-    return WorldBatch(torch.stack(videos), actions, positions, jumps, [p.kind for p in paths])
+    return WorldBatch(torch.stack(videos), actions, positions, jumps, [p.kind for p in paths],
+                      torch.stack(marks) if landmarks else None)
 
 
 # The part of a frame still in view is handed to the model (its moved reference) and costs almost nothing to
@@ -131,12 +146,18 @@ def world_batch(seed: int, step: int, batch: int, frames: int, map_size: int = M
 # weights: at 4 the strips overshoot the true views' colour spread and edges and the carried region degrades
 # (WORLD_MODEL_CARD.md), so the default stays the recipe the bundled file was trained with.
 NEW_REGION_LOSS_WEIGHT = 1.0
+# Weighting the pixels landmarks cover (``--landmark-weight``) tilts what the model draws towards landmarks. Tried
+# from the bundled weights it widens the colour spread of what the model invents, but its edges overshoot the
+# perfect world models' first (WORLD_MODEL_CARD.md), so the default stays 1.
+LANDMARK_LOSS_WEIGHT = 1.0
+LANDMARK_EDGE = 0.05  # a pixel this far from the bare ground (data range 2) belongs to a landmark
 
 
 def world_recipe(**overrides) -> TrainRecipe:
     """The sprite recipe less what is about sprites (their loss weight, text prompts)."""
     return TrainRecipe(**{"sprite_loss_weight": 1.0, "p_rollout_context": 0.0,
-                          "new_region_loss_weight": NEW_REGION_LOSS_WEIGHT, **overrides})
+                          "new_region_loss_weight": NEW_REGION_LOSS_WEIGHT,
+                          "landmark_loss_weight": LANDMARK_LOSS_WEIGHT, **overrides})
 
 
 def new_region_weights(offset: torch.Tensor, frame_hw: tuple, weight: float) -> torch.Tensor:
@@ -299,7 +320,8 @@ class WorldTrainer(Trainer):
 
     def train_step(self, time_fraction: float = 0.0) -> float:
         r = self.recipe
-        batch = world_batch(self.seed, self.step, r.batch, r.clip_frames, self.map_size)
+        batch = world_batch(self.seed, self.step, r.batch, r.clip_frames, self.map_size,
+                            landmarks=r.landmark_loss_weight != 1.0)
         g = step_generator(self.seed, self.step)
         x0 = batch.video
         sigma, noise, noisy, context = self._noised(x0, g, time_fraction)
@@ -315,6 +337,8 @@ class WorldTrainer(Trainer):
             flow = self.forward(context, noisy, torch.zeros_like(sigma), 1000.0 * sigma, text)
         twins = slice(self.forward.noisy_frames.start, self.forward.noisy_frames.stop)
         weights = new_region_weights(self.forward.offset, FRAME_HW, r.new_region_loss_weight)[:, :, twins]
+        if batch.landmarks is not None:
+            weights = weights * (1.0 + (r.landmark_loss_weight - 1.0) * batch.landmarks[:, :, twins].to(weights))
         weights = weights * (~batch.jumps[:, twins])[:, None, :, None, None].to(weights)  # no reference: not taught
         loss = ((flow - (noise - x0)[:, :, twins]).square() * weights).sum() / (weights.sum() * x0.shape[1])
         return self._apply(loss)
