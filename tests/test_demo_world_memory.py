@@ -250,5 +250,5 @@ def test_bench_world_memory_refuses_a_bad_map_seed_list_and_map_seeds_elsewhere(
     assert fastar_main(["bench", "world-memory", "--out", str(tmp_path / "a"), "--map-seeds", "1,x"]) != 0
     assert "--map-seeds: 'x' is not a map seed" in capsys.readouterr().err
     assert fastar_main(["bench", "rollout", "--out", str(tmp_path / "b"), "--map-seeds", "1"]) != 0
-    assert "--map-seeds is for bench world-memory, not rollout" in capsys.readouterr().err
+    assert "--map-seeds is for bench world-memory and world-continuation, not rollout" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

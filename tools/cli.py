@@ -117,23 +117,23 @@ def build_parser():
     p = sub.add_parser("bench", help="benchmarks (JSON + PNG)")
     p.add_argument("what", choices=["rollout", "pareto", "cost-model", "attention", "kernels", "gpu-rollout",
                                    "bias-fold", "matcher", "rotated-keys", "frame-rate", "world-ceiling", "launches",
-                                   "gpu-modes", "lingbot-cap", "world-memory", "live-world"],
+                                   "gpu-modes", "lingbot-cap", "world-memory", "live-world", "world-continuation"],
                    help="which benchmark (kernels, gpu-rollout and gpu-modes need a GPU)")
     p.add_argument("--out", required=True, help="output folder (JSON and PNG)")
     p.add_argument("--frames", type=int, default=None,
-                   help="latent frames (default 240; lingbot-cap: 3000, the claim's length)")
+                   help="latent frames (default 240; lingbot-cap: 3000, the claim's length; world-continuation: 120)")
     p.add_argument("--model", "--scenario", dest="model", default="demo",
                    choices=["demo", "wan-shapes", "longlive2-5b", "lingbot", "world"],
                    help="rollout model: the demo, random weights at Wan2.1-1.3B shapes, or at Wan2.2-TI2V-5B shapes "
                         "with LongLive 2.0's rollout (blocks of 8, UniPC, window 32 sink 8; rollout only), or at "
                         "LingBot-World 2.0's with its rollout (blocks of 4, window 18 sink 6, a camera path; rollout "
                         "only), or the steered world model on a revisiting path (pareto only)")
-    p.add_argument("--weights", default=None, help="--model world, world-memory and live-world: a steered-world "
-                                                   ".safetensors "
-                                                    "(default: the bundled world model)")
+    p.add_argument("--weights", default=None, help="--model world, world-memory, world-continuation and live-world: "
+                                                   "a steered-world .safetensors (default: the bundled world model)")
     p.add_argument("--modes", default=None, help="rollout: comma-separated subset of modes")
-    p.add_argument("--map-seeds", default=None, help="world-memory: comma-separated maps (default the world bar's "
-                                                      "1,2,3,4,5,6)")
+    p.add_argument("--map-seeds", default=None, help="world-memory and world-continuation: comma-separated maps "
+                                                      "(default the world bar's 1,2,3,4,5,6; world-continuation: "
+                                                      "the held-out 7,8,9,10)")
     p.add_argument("--seed", type=int, default=0, help="noise seed, 0..2^63-1")
     p.add_argument("--repeats", type=int, default=None,
                    help="rollout: rounds of every mode, median per chunk (default 3 for demo, 1 for wan-shapes); "

@@ -126,6 +126,9 @@ def check_world_weights(weights) -> None:
                           "with `fastar train-demo --world steer`")
 
 
+WORLD_BENCHES = ("world-memory", "world-continuation", "live-world")  # benches of a steered-world model (--weights)
+
+
 def check_bench(args) -> None:
     check_seed(args.seed)
     check_count("--frames", args.frames, 1, MAX_BENCH_FRAMES)
@@ -173,10 +176,11 @@ def check_bench(args) -> None:
         unknown = [n for n in args.variants.split(",") if n not in VARIANTS]
         if unknown:
             raise FastARError(f"--variants: unknown variants {unknown}; valid: {', '.join(VARIANTS)}")
-    if args.model == "world" or args.what == "world-memory":
-        if args.what not in ("pareto", "world-memory"):
-            raise FastARError(f"--model world is for `fastar bench pareto` (its revisit figures) and world-memory, "
-                              f"not {args.what}")
+    if args.model == "world" or args.what in WORLD_BENCHES:
+        if args.what not in ("pareto", *WORLD_BENCHES):
+            raise FastARError(f"--model world is for `fastar bench pareto` (its revisit figures), not {args.what}")
+        if args.what == "world-continuation":
+            check_count("--frames", args.frames, 2, MAX_BENCH_FRAMES, "a frame drawn from the true first")
         check_input_file("--weights", args.weights)
         from .demo.settings import WEIGHTS_DIR, WORLD_WEIGHTS_FILE
 
@@ -185,10 +189,10 @@ def check_bench(args) -> None:
                               "steer .safetensors>")
         check_world_weights(args.weights)
     elif args.weights is not None:
-        raise FastARError("--weights is for --model world and bench world-memory")
+        raise FastARError(f"--weights is for --model world and bench {', '.join(WORLD_BENCHES)}")
     if args.map_seeds is not None:
-        if args.what != "world-memory":
-            raise FastARError(f"--map-seeds is for bench world-memory, not {args.what}")
+        if args.what not in ("world-memory", "world-continuation"):
+            raise FastARError(f"--map-seeds is for bench world-memory and world-continuation, not {args.what}")
         for item in args.map_seeds.split(","):
             if not item.strip().isdigit():
                 raise FastARError(f"--map-seeds: {item!r} is not a map seed; valid: whole numbers 0..2^31-1, "

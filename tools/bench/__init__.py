@@ -11,7 +11,7 @@ def run_bench(args) -> int:
     if args.frames is None:
         from .lingbot_cap import FRAMES
 
-        args.frames = FRAMES if args.what == "lingbot-cap" else 240
+        args.frames = {"lingbot-cap": FRAMES, "world-continuation": 120}.get(args.what, 240)
     if args.what in ("kernels", "gpu-rollout", "gpu-modes"):
         import torch
 
@@ -67,6 +67,11 @@ def run_bench(args) -> int:
 
         seeds = [int(s) for s in args.map_seeds.split(",")] if args.map_seeds else None
         run_world_memory(out, weights=args.weights, frames=args.frames, seeds=seeds, seed=args.seed)
+    elif args.what == "world-continuation":
+        from .world_continuation import MAP_SEEDS, run_world_continuation
+
+        seeds = [int(s) for s in args.map_seeds.split(",")] if args.map_seeds else MAP_SEEDS
+        run_world_continuation(out, weights=args.weights, seeds=seeds, frames=args.frames, seed=args.seed)
     elif args.what == "matcher":
         from .matcher import run_matcher_bench
 
