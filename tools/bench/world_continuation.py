@@ -30,11 +30,11 @@ import torch
 from ...fastar_core.families.demo.steer_world import MOVES, STEP, VIEW_SIZE, make_map, render_track
 from ..demo.world_bar import bar_track
 from ..demo.world_eval import DATA_RANGE
+from ..demo.world_train import LANDMARK_EDGE
 from .report import machine, write_json
 
 KINDS = ("remembered", "continued", "new", "ground")
 GUESSES = ("model", "bare ground", "smear")
-LANDMARK_EDGE = 0.05  # a pixel this far from the bare ground (data range 2) belongs to a landmark
 MAP_SEEDS = (7, 8, 9, 10)  # held-out maps: not the bar's
 
 
