@@ -30,7 +30,7 @@ import torch
 from ...fastar_core.families.demo.steer_world import MOVES, STEP, VIEW_SIZE, make_map, render_track
 from ..demo.world_bar import bar_track
 from ..demo.world_eval import DATA_RANGE
-from ..demo.world_train import LANDMARK_EDGE
+from ..demo.world_train import landmark_pixels
 from .report import machine, write_json
 
 KINDS = ("remembered", "continued", "new", "ground")
@@ -58,20 +58,27 @@ def strip_and_smear(frame: torch.Tensor, action: str) -> tuple[torch.Tensor, tor
     return strip, smear
 
 
+def _view(position, n: int) -> tuple:
+    """Index of the map pixels in view from the camera's ``position`` (in patches) on a map of ``n`` pixels."""
+    x, y = (int(v) * STEP for v in position)
+    return (torch.arange(y, y + VIEW_SIZE) % n)[:, None], (torch.arange(x, x + VIEW_SIZE) % n)[None]
+
+
+def _alone(world, lm, track) -> torch.Tensor:
+    """``[T, H, W]``: the pixels landmark ``lm`` covers along ``track``."""
+    only = dataclasses.replace(world, landmarks=(lm,))
+    return landmark_pixels(only, track, render_track(only, track))[:, 0]
+
+
 def pixel_kinds(world, track, truth: torch.Tensor) -> list[dict]:
     """Per frame ``t >= 1``: kind -> ``[H, W]`` bool mask of the strip's pixels of that kind (``KINDS``)."""
-    ground = render_track(dataclasses.replace(world, landmarks=()), track)
-    owners = torch.stack([(render_track(dataclasses.replace(world, landmarks=(lm,)), track) - ground)
-                          .abs().amax(1) > LANDMARK_EDGE for lm in world.landmarks])  # [L, T, H, W]
-    n = world.size
-    seen = torch.zeros(n, n, dtype=torch.bool)
+    owners = torch.stack([_alone(world, lm, track) for lm in world.landmarks])  # [L, T, H, W]
+    seen = torch.zeros(world.size, world.size, dtype=torch.bool)
     names = track.names()
     out = []
     for t in range(1, len(track)):
-        x, y = (int(v) * STEP for v in track.positions[t - 1])
-        seen[(torch.arange(y, y + VIEW_SIZE) % n)[:, None], (torch.arange(x, x + VIEW_SIZE) % n)[None]] = True
-        x, y = (int(v) * STEP for v in track.positions[t])
-        was_seen = seen[(torch.arange(y, y + VIEW_SIZE) % n)[:, None], (torch.arange(x, x + VIEW_SIZE) % n)[None]]
+        seen[_view(track.positions[t - 1], world.size)] = True
+        was_seen = seen[_view(track.positions[t], world.size)]
         strip, _ = strip_and_smear(truth[t], names[t])
         unseen = strip & ~was_seen
         shown_before = owners[:, t - 1].flatten(1).any(1)  # [L]
@@ -97,6 +104,16 @@ def _psnr(sq: float, count: int) -> float | None:
     return round(10 * math.log10(DATA_RANGE**2 / (sq / count)), 2) if count and sq > 0 else None
 
 
+def _zero_sums() -> dict:
+    """kind -> squared error per guess, and the pixel count."""
+    return {k: {g: 0.0 for g in GUESSES} | {"pixels": 0} for k in KINDS}
+
+
+def _scores(sums: dict) -> dict:
+    """kind -> PSNR per guess (pooled over three channels), and the pixel count."""
+    return {k: {g: _psnr(v[g], 3 * v["pixels"]) for g in GUESSES} | {"pixels": v["pixels"]} for k, v in sums.items()}
+
+
 def run_world_continuation(out_dir, weights=None, seeds=MAP_SEEDS, frames: int = 120, seed: int = 0,
                            log=print) -> dict:
     from ..demo.bundled import load_demo_model
@@ -107,13 +124,13 @@ def run_world_continuation(out_dir, weights=None, seeds=MAP_SEEDS, frames: int =
     demo = load_demo_model(weights if weights is not None else WEIGHTS_DIR / WORLD_WEIGHTS_FILE)
     if not demo.is_world:
         raise ValueError(f"{weights} is not a steered-world model; world-continuation needs one")
-    pooled = {k: {g: 0.0 for g in GUESSES} | {"pixels": 0} for k in KINDS}
+    pooled = _zero_sums()
     per_map = {}
     for map_seed in seeds:
         world, track = make_map(map_seed), bar_track(map_seed, frames)
         truth = render_track(world, track)
         bare = render_track(dataclasses.replace(world, landmarks=()), track)
-        sums = {k: {g: 0.0 for g in GUESSES} | {"pixels": 0} for k in KINDS}
+        sums = _zero_sums()
         names = track.names()
         for t, kinds in enumerate(pixel_kinds(world, track, truth), start=1):
             if not any(m.any() for m in kinds.values()):
@@ -124,16 +141,14 @@ def run_world_continuation(out_dir, weights=None, seeds=MAP_SEEDS, frames: int =
                 for g, frame in guesses.items():
                     sums[kind][g] += float((frame - truth[t]).square()[:, mask].sum())
                 sums[kind]["pixels"] += int(mask.sum())
-        per_map[str(map_seed)] = {k: {g: _psnr(v[g], 3 * v["pixels"]) for g in GUESSES} | {"pixels": v["pixels"]}
-                                  for k, v in sums.items()}
+        per_map[str(map_seed)] = _scores(sums)
         for k in KINDS:
             for key in (*GUESSES, "pixels"):
                 pooled[k][key] += sums[k][key]
         log(f"map {map_seed}: " + "; ".join(f"{k} {per_map[str(map_seed)][k]}" for k in KINDS))
     report = {"bench": "world-continuation", "machine": machine(), "weights": str(weights or "bundled"),
               "frames": frames, "map_seeds": list(seeds), "seed": seed, "mode": "dense-global, true history",
-              "pooled": {k: {g: _psnr(v[g], 3 * v["pixels"]) for g in GUESSES} | {"pixels": v["pixels"]}
-                         for k, v in pooled.items()},
+              "pooled": _scores(pooled),
               "per_map": per_map}
     for k, v in report["pooled"].items():
         log(f"pooled {k}: " + ", ".join(f"{g} {v[g]} dB" for g in GUESSES) + f" over {v['pixels']} pixels")
